@@ -1,0 +1,1 @@
+//! The `gelstore` command line.

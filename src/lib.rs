@@ -1,0 +1,4 @@
+//! gelstore: AI-assistant chats as user-owned, end-to-end sealed AT Protocol records.
+
+pub mod cli;
+pub mod model;

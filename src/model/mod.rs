@@ -1,0 +1,1 @@
+//! UNFINISHED: atproto data model (JSON ⇄ DAG-CBOR ⇄ CID), being written.
