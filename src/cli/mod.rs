@@ -1,1 +1,63 @@
-//! The `gelstore` command line.
+//! The `gelstore` command line: argument parsing and dispatch. Each command
+//! group lives in its own module; they share the report printer in `report`.
+
+mod lex;
+mod report;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use std::process::ExitCode;
+
+/// Exit status of every command: 0 clean, 1 findings, 2 usage or I/O error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Clean,
+    Findings,
+    Failed,
+}
+
+impl From<Outcome> for ExitCode {
+    fn from(o: Outcome) -> ExitCode {
+        match o {
+            Outcome::Clean => ExitCode::SUCCESS,
+            Outcome::Findings => ExitCode::from(1),
+            Outcome::Failed => ExitCode::from(2),
+        }
+    }
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "gelstore",
+    version,
+    about = "AI-assistant chats as user-owned, end-to-end sealed AT Protocol records",
+    long_about = None
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Lexicon tools for CI: lint schemas, check records, diff versions.
+    #[command(subcommand)]
+    Lex(lex::LexCommand),
+}
+
+/// Output style shared by every reporting command.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// `FILE:/json/path: message [rule]` lines, then a summary on stderr.
+    #[default]
+    Human,
+    /// One JSON object per input on its own line:
+    /// `{"file","valid","errors":[{"path","message","rule"}]}`.
+    Json,
+}
+
+/// Runs a parsed command line.
+pub fn run(cli: Cli) -> Outcome {
+    match cli.command {
+        Command::Lex(cmd) => lex::run(cmd),
+    }
+}

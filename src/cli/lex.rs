@@ -1,0 +1,166 @@
+//! `gelstore lex …`: the lexicon toolchain for CI pipelines.
+
+use super::report::{self, InputReport};
+use super::{Format, Outcome};
+use clap::{Args, Subcommand};
+use gelstore_codegen::catalog::{Catalog, LoadError};
+use gelstore_codegen::{Finding, diff, lint, validate};
+use serde_json::Value;
+use std::io::Read;
+use std::path::PathBuf;
+
+/// Records larger than this are refused before parsing (the biggest
+/// chat record the lexicons allow is about 1.3 MB of JSON).
+const MAX_RECORD_BYTES: u64 = 16 * 1024 * 1024;
+
+#[derive(Subcommand, Debug)]
+pub enum LexCommand {
+    /// Lint lexicon files: structure, refs, limits, names, formats.
+    Lint(LintArgs),
+    /// Validate JSON records (with `$type`) against a lexicon catalog.
+    Check(CheckArgs),
+    /// Compare two versions of a lexicon set; breaking changes are findings.
+    Diff(DiffArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct LintArgs {
+    /// Lexicon files or folders (walked recursively for *.json).
+    #[arg(default_value = "lexicons")]
+    pub paths: Vec<PathBuf>,
+    /// Do not report this rule (repeatable), e.g. `--allow unresolved-lexicon`.
+    #[arg(long = "allow", value_name = "RULE")]
+    pub allow: Vec<String>,
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The lexicon catalog to validate against (folder or file).
+    #[arg(long, default_value = "lexicons", value_name = "DIR")]
+    pub lexicons: Vec<PathBuf>,
+    /// Also check this record key against the record's key type.
+    #[arg(long)]
+    pub rkey: Option<String>,
+    /// JSON record files; `-` reads one record from stdin.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<String>,
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct DiffArgs {
+    /// The lexicon set before the change.
+    pub old: PathBuf,
+    /// The lexicon set after the change.
+    pub new: PathBuf,
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+pub fn run(cmd: LexCommand) -> Outcome {
+    let result = match cmd {
+        LexCommand::Lint(args) => run_lint(args),
+        LexCommand::Check(args) => run_check(args),
+        LexCommand::Diff(args) => run_diff(args),
+    };
+    result.unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        Outcome::Failed
+    })
+}
+
+fn run_lint(args: LintArgs) -> Result<Outcome, LoadError> {
+    let (catalog, mut findings) = Catalog::load_paths(&args.paths)?;
+    findings.extend(lint::lint(&catalog));
+    findings.retain(|f| !args.allow.iter().any(|rule| rule == f.rule));
+    let files = catalog.entries().map(|e| e.file.clone()).collect();
+    let reports = report::group_by_file(files, findings);
+    Ok(report::print(&reports, args.format, "lexicon file(s)"))
+}
+
+fn run_check(args: CheckArgs) -> Result<Outcome, LoadError> {
+    let catalog = load_catalog_quietly(&args.lexicons)?;
+    let mut reports = Vec::with_capacity(args.files.len());
+    let mut io_failed = false;
+    for file in &args.files {
+        let value = match read_record(file) {
+            Ok(v) => v,
+            Err(message) => {
+                eprintln!("error: {file}: {message}");
+                io_failed = true;
+                continue;
+            }
+        };
+        let mut r = InputReport::new(file.clone());
+        r.errors = validate::validate_record(&catalog, &value, args.rkey.as_deref())
+            .into_iter()
+            .map(|f| Finding { file: file.clone(), ..f })
+            .collect();
+        reports.push(r);
+    }
+    let outcome = report::print(&reports, args.format, "record(s)");
+    Ok(if io_failed { Outcome::Failed } else { outcome })
+}
+
+fn run_diff(args: DiffArgs) -> Result<Outcome, LoadError> {
+    let old = load_catalog_quietly(std::slice::from_ref(&args.old))?;
+    let new = load_catalog_quietly(std::slice::from_ref(&args.new))?;
+    let mut files: Vec<String> = new.entries().map(|e| e.file.clone()).collect();
+    files.extend(
+        old.entries()
+            .filter(|e| new.get(&e.doc.id).is_none())
+            .map(|e| e.file.clone()),
+    );
+    let mut reports: Vec<InputReport> = files.into_iter().map(InputReport::new).collect();
+    for change in diff::diff(&old, &new) {
+        let finding = change.to_finding();
+        let i = match reports.iter().position(|r| r.file == finding.file) {
+            Some(i) => i,
+            None => {
+                reports.push(InputReport::new(finding.file.clone()));
+                reports.len() - 1
+            }
+        };
+        match change.severity {
+            diff::Severity::Breaking => reports[i].errors.push(finding),
+            diff::Severity::Safe => reports[i].notes.push(finding),
+        }
+    }
+    Ok(report::print(&reports, args.format, "lexicon file(s)"))
+}
+
+/// Loads a catalog to check against; its own lint problems go to stderr as a
+/// warning (they are `lex lint`'s business) but do not stop the command.
+fn load_catalog_quietly(paths: &[PathBuf]) -> Result<Catalog, LoadError> {
+    let (catalog, findings) = Catalog::load_paths(paths)?;
+    if !findings.is_empty() {
+        eprintln!(
+            "warning: the lexicon catalog has {} structural problem(s); run `gelstore lex lint` on it",
+            findings.len()
+        );
+    }
+    Ok(catalog)
+}
+
+/// Reads one JSON record from a file or `-` (stdin), with a size cap.
+fn read_record(file: &str) -> Result<Value, String> {
+    let mut bytes = Vec::new();
+    let limited = |r: &mut dyn Read, bytes: &mut Vec<u8>| {
+        r.take(MAX_RECORD_BYTES + 1)
+            .read_to_end(bytes)
+            .map_err(|e| format!("cannot read: {e}"))
+    };
+    if file == "-" {
+        limited(&mut std::io::stdin().lock(), &mut bytes)?;
+    } else {
+        let mut f = std::fs::File::open(file).map_err(|e| format!("cannot read: {e}"))?;
+        limited(&mut f, &mut bytes)?;
+    }
+    if bytes.len() as u64 > MAX_RECORD_BYTES {
+        return Err(format!("over the {MAX_RECORD_BYTES}-byte limit for a record"));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| format!("not valid JSON: {e}"))
+}

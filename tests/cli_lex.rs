@@ -1,0 +1,175 @@
+//! `gelstore lex …` driven as a user would: the real binary, real files,
+//! exit codes and both output formats.
+
+use serde_json::Value;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn gelstore(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gelstore"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("run gelstore")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn json_lines(o: &Output) -> Vec<Value> {
+    stdout(o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect()
+}
+
+#[test]
+fn our_lexicons_lint_clean() {
+    let o = gelstore(&["lex", "lint"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+    let o = gelstore(&["lex", "lint", "lexicons", "--format", "json"]);
+    let lines = json_lines(&o);
+    assert!(lines.len() >= 6, "one line per lexicon file: {lines:?}");
+    assert!(lines.iter().all(|l| l["valid"] == true && l["errors"] == serde_json::json!([])));
+}
+
+#[test]
+fn chat_record_fixtures_check_as_expected() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/records");
+    let expectations: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("expectations.json")).unwrap()).unwrap();
+    let expectations = expectations.as_object().unwrap();
+    assert!(expectations.len() >= 20, "a real corpus of fixtures");
+    let mut failures = Vec::new();
+    for (name, expect) in expectations {
+        let sub = if expect["valid"] == true { "valid" } else { "invalid" };
+        let file = format!("fixtures/records/{sub}/{name}");
+        let mut args = vec!["lex", "check", "--format", "json"];
+        let rkey = expect["rkey"].as_str();
+        if let Some(rkey) = rkey {
+            args.extend(["--rkey", rkey]);
+        }
+        args.push(&file);
+        let o = gelstore(&args);
+        let lines = json_lines(&o);
+        let want_code = if expect["valid"] == true { 0 } else { 1 };
+        let got_paths: Vec<&str> = lines
+            .first()
+            .and_then(|l| l["errors"].as_array())
+            .map(|errs| errs.iter().filter_map(|e| e["path"].as_str()).collect())
+            .unwrap_or_default();
+        let want_paths: Vec<&str> = expect["errors"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if o.status.code() != Some(want_code) || got_paths != want_paths {
+            failures.push(format!(
+                "{file}: exit {:?} (want {want_code}), paths {got_paths:?} (want {want_paths:?}): {}",
+                o.status.code(),
+                stdout(&o)
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn human_output_is_file_path_message_lines() {
+    let o = gelstore(&["lex", "lint", "fixtures/lint"]);
+    assert_eq!(o.status.code(), Some(1));
+    let out = stdout(&o);
+    assert!(!out.is_empty());
+    for line in out.lines() {
+        let (file, rest) = line.split_once(":/").unwrap_or_else(|| panic!("no FILE:/path in {line}"));
+        assert!(file.ends_with(".json"), "{line}");
+        assert!(rest.contains(": ") && rest.ends_with(']'), "{line}");
+    }
+}
+
+#[test]
+fn check_reads_stdin_and_reports_all_errors() {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gelstore"))
+        .args(["lex", "check", "--format", "json", "-"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(br#"{"$type":"chat.gel.assistant.message","role":7,"createdAt":"yesterday"}"#)
+        .unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let lines = json_lines(&o);
+    let paths: Vec<&str> = lines[0]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["path"].as_str())
+        .collect();
+    assert!(paths.contains(&"/role") && paths.contains(&"/createdAt"), "{paths:?}");
+}
+
+#[test]
+fn io_and_usage_errors_exit_2_with_a_clear_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let not_json = dir.path().join("broken.json");
+    std::fs::write(&not_json, b"{ not json").unwrap();
+    let bin_garbage = dir.path().join("garbage.json");
+    std::fs::write(&bin_garbage, [0xff, 0xfe, 0x00, 0x81]).unwrap();
+    for args in [
+        vec!["lex", "lint", not_json.to_str().unwrap()],
+        vec!["lex", "lint", bin_garbage.to_str().unwrap()],
+        vec!["lex", "lint", "/nonexistent/lexicons"],
+        vec!["lex", "check", "/nonexistent/record.json"],
+        vec!["lex", "check", not_json.to_str().unwrap()],
+        vec!["lex", "frobnicate"],
+    ] {
+        let o = gelstore(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+        assert!(!err.trim().is_empty(), "{args:?}: says nothing");
+    }
+}
+
+#[test]
+fn diff_reports_breaking_changes_and_exits_1() {
+    let same = gelstore(&["lex", "diff", "lexicons", "lexicons"]);
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+    assert!(stdout(&same).is_empty());
+
+    // Lower a limit in a copy of our lexicons: a breaking change.
+    let dir = tempfile::tempdir().unwrap();
+    let new = dir.path().join("lexicons/chat/gel/assistant");
+    std::fs::create_dir_all(&new).unwrap();
+    for entry in std::fs::read_dir("lexicons/chat/gel/assistant").unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), new.join(entry.file_name())).unwrap();
+    }
+    let defs_path = new.join("defs.json");
+    let defs = std::fs::read_to_string(&defs_path).unwrap();
+    assert!(defs.contains("500000"));
+    std::fs::write(&defs_path, defs.replacen("500000", "400000", 1)).unwrap();
+    let o = gelstore(&[
+        "lex",
+        "diff",
+        "lexicons",
+        dir.path().join("lexicons").to_str().unwrap(),
+        "--format",
+        "json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let lines = json_lines(&o);
+    let defs_line = lines
+        .iter()
+        .find(|l| l["file"].as_str().is_some_and(|f| f.ends_with("defs.json")))
+        .unwrap();
+    assert_eq!(defs_line["valid"], false);
+    assert!(defs_line["errors"][0]["path"].as_str().unwrap().ends_with("maxLength"));
+}
