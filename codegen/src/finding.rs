@@ -35,8 +35,16 @@ impl Finding {
 /// `FILE:/json/path: message [rule]`, the line format of every `lex` command.
 impl fmt::Display for Finding {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let path = if self.path.is_empty() { "/" } else { &self.path };
-        write!(f, "{}:{}: {} [{}]", self.file, path, self.message, self.rule)
+        let path = if self.path.is_empty() {
+            "/"
+        } else {
+            &self.path
+        };
+        write!(
+            f,
+            "{}:{}: {} [{}]",
+            self.file, path, self.message, self.rule
+        )
     }
 }
 
