@@ -507,6 +507,124 @@ mod tests {
     }
 
     #[test]
+    fn subscription_messages_are_outbound() {
+        let sub = |refs: Value, closed: bool| {
+            [lex(
+                "com.example.subscribe",
+                json!({
+                    "main": {"type": "subscription", "message": {"schema":
+                        {"type": "union", "refs": refs, "closed": closed}}},
+                    "commit": {"type": "object", "properties": {"seq": {"type": "integer"}}},
+                    "info": {"type": "object", "properties": {"seq": {"type": "integer"}}}
+                }),
+            )]
+        };
+        let p = "/defs/main/message/schema/refs".to_string();
+        // Old consumers of a closed message union reject a new frame type.
+        assert_eq!(
+            summary(
+                &sub(json!(["#commit"]), true),
+                &sub(json!(["#commit", "#info"]), true)
+            ),
+            [(r::UNION_REF_ADDED, Breaking, p.clone())]
+        );
+        assert_eq!(
+            summary(
+                &sub(json!(["#commit"]), false),
+                &sub(json!(["#commit", "#info"]), false)
+            ),
+            [(r::UNION_REF_ADDED, Safe, p)]
+        );
+        // Frame defs are outbound: a looser frame breaks, a stricter one does not.
+        let frame = |max: u64| {
+            [lex(
+                "com.example.subscribe",
+                json!({
+                    "main": {"type": "subscription", "message": {"schema":
+                        {"type": "union", "refs": ["#commit"]}}},
+                    "commit": {"type": "object", "properties": {"repo": string(max)}}
+                }),
+            )]
+        };
+        let p = "/defs/commit/properties/repo/maxLength".to_string();
+        assert_eq!(
+            summary(&frame(100), &frame(200)),
+            [(r::LIMIT_WIDENED, Breaking, p.clone())]
+        );
+        assert_eq!(
+            summary(&frame(200), &frame(100)),
+            [(r::LIMIT_NARROWED, Safe, p)]
+        );
+    }
+
+    #[test]
+    fn ref_swapped_for_an_incompatible_inline_schema_breaks() {
+        let doc = |a: Value| {
+            [lex(
+                "com.example.post",
+                json!({
+                    "main": {"type": "record", "key": "tid", "record": {"type": "object",
+                        "properties": {"a": a}}},
+                    "point": {"type": "object", "properties": {"x": {"type": "integer"}}}
+                }),
+            )]
+        };
+        let inline = json!({"type": "object", "required": ["x"],
+            "properties": {"x": {"type": "integer"}}});
+        let by_ref = json!({"type": "ref", "ref": "#point"});
+        let p = "/defs/main/record/properties/a".to_string();
+        assert_eq!(
+            summary(&doc(by_ref.clone()), &doc(inline.clone())),
+            [(r::REF_CHANGED, Breaking, p.clone())]
+        );
+        // And the other way: dropping `required` by extracting to #point.
+        assert_eq!(
+            summary(&doc(inline), &doc(by_ref)),
+            [(r::REF_CHANGED, Breaking, p)]
+        );
+        // A ref to a def of another type is just a type change.
+        let string_ref = json!({"type": "string"});
+        assert_eq!(
+            summary(
+                &doc(json!({"type": "ref", "ref": "#point"})),
+                &doc(string_ref)
+            ),
+            [(
+                r::TYPE_CHANGED,
+                Breaking,
+                "/defs/main/record/properties/a/type".into()
+            )]
+        );
+    }
+
+    #[test]
+    fn dropped_accept_list_widens_and_points_into_the_old_file() {
+        let doc = |blob: Value| {
+            [lex(
+                "com.example.post",
+                json!({"main": {"type": "record", "key": "tid", "record": {"type": "object",
+                    "properties": {"img": blob}}}}),
+            )]
+        };
+        let mut new = Catalog::new();
+        new.add("new.json", &doc(json!({"type": "blob"}))[0]);
+        let changes = diff(
+            &catalog(&doc(json!({"type": "blob", "accept": ["image/png"]}))),
+            &new,
+        );
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].file, "0.json");
+        assert_eq!(changes[0].path, "/defs/main/record/properties/img/accept");
+        assert_eq!(changes[0].rule, r::BLOB_ACCEPT_WIDENED);
+        assert_eq!(changes[0].severity, Breaking);
+        assert!(
+            changes[0].message.contains("\"*/*\""),
+            "{}",
+            changes[0].message
+        );
+    }
+
+    #[test]
     fn every_rule_is_kebab_case_and_unique() {
         let mut seen = std::collections::HashSet::new();
         for rule in rules::ALL {

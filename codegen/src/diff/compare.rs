@@ -248,14 +248,6 @@ impl<'a> Differ<'a> {
                 new.description(),
             );
         }
-        let errors = |d: &Def| -> Vec<ErrorDef> {
-            match d {
-                Def::Query(q) => q.errors.clone(),
-                Def::Procedure(p) => p.errors.clone(),
-                Def::Subscription(s) => s.errors.clone(),
-                _ => Vec::new(),
-            }
-        };
         match (old, new) {
             (Def::Record(o), Def::Record(n)) => {
                 if o.key != n.key {
@@ -301,7 +293,7 @@ impl<'a> Differ<'a> {
             (Def::Type(o), Def::Type(n)) => self.compare_type(cx, o, n, path, flow),
             _ => {}
         }
-        self.compare_errors(cx, &errors(old), &errors(new), path);
+        self.compare_errors(cx, errors(old), errors(new), path);
     }
 
     fn description(&mut self, cx: Cx<'_>, path: &str, old: Option<&str>, new: Option<&str>) {
@@ -450,12 +442,12 @@ impl<'a> Differ<'a> {
             (n.min_length, n.max_length),
             flow,
         );
-        self.limit_min(
+        self.min_length(
             cx,
             path,
             "minGraphemes",
-            o.min_graphemes.filter(|&m| m > 0),
-            n.min_graphemes.filter(|&m| m > 0),
+            o.min_graphemes,
+            n.min_graphemes,
             flow,
         );
         self.limit_max(
@@ -549,9 +541,15 @@ impl<'a> Differ<'a> {
             );
         }
         if !gained.is_empty() {
+            // With no `accept` left, only the old file names the list.
+            let side = if n.accept.is_some() {
+                Side::New
+            } else {
+                Side::Old
+            };
             self.emit(
                 cx,
-                Side::New,
+                side,
                 &accept_path,
                 r::BLOB_ACCEPT_WIDENED,
                 When::Outbound,
@@ -761,7 +759,9 @@ impl<'a> Differ<'a> {
         if let Some(verdict) = self.renames.get(&key) {
             return verdict.clone();
         }
-        // Assume compatible while comparing, so recursive defs terminate.
+        // Assume compatible while comparing, so recursive defs terminate
+        // (a cycle of renamed defs is compatible unless some part differs;
+        // that part is what decides the verdict on the way out).
         self.renames.insert(key.clone(), Ok(()));
         let verdict = self.check_renamed(oc, nc, flow);
         self.renames.insert(key, verdict.clone());
@@ -801,7 +801,8 @@ impl<'a> Differ<'a> {
 
     /// A `ref` replaced by an inline schema of the same type, or the reverse:
     /// the data looks the same (a `ref` adds no `$type`), so compare the
-    /// schemas. Returns false when this is not such a swap.
+    /// schemas. This looks into the referenced def at the use site, but only
+    /// where such a swap happened. Returns false when this is not a swap.
     fn ref_swapped(&mut self, cx: Cx<'_>, old: &Type, new: &Type, path: &str, flow: Flow) -> bool {
         let inline = |t: &Type| !matches!(t, Type::Ref(_) | Type::Union(_));
         let (rule, target, verdict) = match (old, new) {
@@ -929,7 +930,7 @@ impl<'a> Differ<'a> {
             ),
             (true, false) => self.emit(
                 cx,
-                Side::New,
+                Side::Old,
                 &closed_path,
                 r::UNION_OPENED,
                 When::Outbound,
@@ -1189,7 +1190,7 @@ impl<'a> Differ<'a> {
         }
     }
 
-    /// `minLength`/`maxLength` of strings, bytes and arrays (0 ≡ no minimum).
+    /// `minLength`/`maxLength` of strings, bytes and arrays.
     fn lengths(
         &mut self,
         cx: Cx<'_>,
@@ -1198,16 +1199,28 @@ impl<'a> Differ<'a> {
         (new_min, new_max): (Option<u64>, Option<u64>),
         flow: Flow,
     ) {
-        let nonzero = |m: Option<u64>| m.filter(|&m| m > 0);
-        self.limit_min(
-            cx,
-            path,
-            "minLength",
-            nonzero(old_min),
-            nonzero(new_min),
-            flow,
-        );
+        self.min_length(cx, path, "minLength", old_min, new_min, flow);
         self.limit_max(cx, path, "maxLength", old_max, new_max, flow);
+    }
+
+    /// A minimum length or count, where absent means 0.
+    fn min_length(
+        &mut self,
+        cx: Cx<'_>,
+        path: &str,
+        key: &str,
+        old: Option<u64>,
+        new: Option<u64>,
+        flow: Flow,
+    ) {
+        let (a, b) = (old.unwrap_or(0), new.unwrap_or(0));
+        if a == b {
+            return;
+        }
+        let side = if new.is_some() { Side::New } else { Side::Old };
+        let verb = if b > a { "raised" } else { "lowered" };
+        let message = format!("{key} {verb} from {a} to {b}");
+        self.limit(cx, side, &pointer_push(path, key), b > a, flow, message);
     }
 
     fn limit_max<T: Ord + Debug + Copy>(
@@ -1434,6 +1447,15 @@ impl<'a> Differ<'a> {
     }
 }
 
+fn errors(d: &Def) -> &[ErrorDef] {
+    match d {
+        Def::Query(q) => &q.errors,
+        Def::Procedure(p) => &p.errors,
+        Def::Subscription(s) => &s.errors,
+        _ => &[],
+    }
+}
+
 fn params_fields(p: &Params) -> Fields<'_> {
     Fields {
         properties: &p.properties,
@@ -1475,4 +1497,41 @@ fn list<T: Debug>(values: &[T]) -> String {
         .map(|v| format!("{v:?}"))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mime_patterns_cover_what_they_should() {
+        assert!(mime_covers("*/*", "image/png"));
+        assert!(mime_covers("image/*", "image/png"));
+        assert!(mime_covers("image/*", "IMAGE/*"));
+        assert!(!mime_covers("image/*", "video/mp4"));
+        assert!(!mime_covers("image/png", "image/*"));
+        assert!(!mime_covers("image/*", "*/*"));
+    }
+
+    #[test]
+    fn format_supersets_are_one_way() {
+        assert!(format_within("did", "at-identifier"));
+        assert!(format_within("handle", "at-identifier"));
+        assert!(format_within("tid", "record-key"));
+        assert!(!format_within("at-identifier", "did"));
+        assert!(!format_within("did", "handle"));
+    }
+
+    #[test]
+    fn severity_depends_on_flow_only_for_directional_rules() {
+        use Severity::{Breaking, Safe};
+        for flow in [Flow::INBOUND, Flow::OUTBOUND, Flow::BOTH] {
+            assert_eq!(When::Always.severity(flow), Breaking);
+            assert_eq!(When::Never.severity(flow), Safe);
+        }
+        assert_eq!(When::Inbound.severity(Flow::OUTBOUND), Safe);
+        assert_eq!(When::Inbound.severity(Flow::BOTH), Breaking);
+        assert_eq!(When::Outbound.severity(Flow::INBOUND), Safe);
+        assert_eq!(When::Outbound.severity(Flow::BOTH), Breaking);
+    }
 }
