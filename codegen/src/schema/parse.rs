@@ -249,6 +249,13 @@ impl Parser<'_> {
                     path,
                     &["type", "description", "parameters", "message", "errors"],
                 );
+                if !map.contains_key("message") {
+                    self.report(
+                        path,
+                        rules::SCHEMA,
+                        "a subscription needs a 'message' (with a union schema)",
+                    );
+                }
                 Def::Subscription(Subscription {
                     description,
                     parameters: self.opt_params(map, path),
@@ -567,6 +574,14 @@ impl Parser<'_> {
         };
         self.unknown_keys(body, &p, &["description", "encoding", "schema"]);
         let encoding = match self.opt_str(body, &p, "encoding") {
+            Some(e) if e.is_empty() => {
+                self.report(
+                    &pointer_push(&p, "encoding"),
+                    rules::SCHEMA,
+                    "'encoding' must not be empty (a MIME type, like application/json)",
+                );
+                e
+            }
             Some(e) => e,
             None => {
                 self.report(
@@ -924,6 +939,23 @@ mod tests {
         );
         assert_eq!(findings.len(), 1);
         assert_eq!(findings[0].path, "/defs/main/record/properties/a~1b/type");
+    }
+
+    #[test]
+    fn subscriptions_need_a_message_and_bodies_an_encoding() {
+        assert_eq!(
+            rules_of(
+                json!({"lexicon": 1, "id": "a.b.c", "defs": {"main": {"type": "subscription"}}})
+            ),
+            [rules::SCHEMA]
+        );
+        assert_eq!(
+            rules_of(
+                json!({"lexicon": 1, "id": "a.b.c", "defs": {"main": {"type": "query",
+                "output": {"encoding": ""}}}})
+            ),
+            [rules::SCHEMA]
+        );
     }
 
     #[test]
