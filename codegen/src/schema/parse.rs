@@ -31,6 +31,8 @@ enum Place {
     BodySchema,
     /// A subscription message schema: a union.
     MessageSchema,
+    /// The `parameters` of a query, procedure or subscription: params.
+    Parameters,
 }
 
 impl Place {
@@ -44,6 +46,7 @@ impl Place {
             ),
             Place::BodySchema => matches!(type_name, "object" | "ref" | "union"),
             Place::MessageSchema => type_name == "union",
+            Place::Parameters => type_name == "params",
         }
     }
 
@@ -54,6 +57,7 @@ impl Place {
             Place::Param => "params (only boolean, integer, string, unknown and arrays of them)",
             Place::BodySchema => "a body schema (object, ref or union)",
             Place::MessageSchema => "a subscription message schema (union)",
+            Place::Parameters => "parameters (params)",
         }
     }
 }
@@ -549,7 +553,7 @@ impl Parser<'_> {
     fn opt_params(&mut self, map: &Map<String, Value>, path: &str) -> Option<Params> {
         let v = map.get("parameters")?;
         let p = pointer_push(path, "parameters");
-        match self.ty(v, &p, Place::Field)? {
+        match self.ty(v, &p, Place::Parameters)? {
             Type::Params(params) => Some(params),
             other => {
                 self.report(
@@ -939,6 +943,35 @@ mod tests {
         );
         assert_eq!(findings.len(), 1);
         assert_eq!(findings[0].path, "/defs/main/record/properties/a~1b/type");
+    }
+
+    #[test]
+    fn parameters_take_params_and_nothing_else() {
+        let params = json!({"type": "params", "properties": {"q": {"type": "string"}}});
+        let (doc, findings) = parse_document(
+            &json!({"lexicon": 1, "id": "a.b.c", "defs": {"main": {"type": "query",
+                "parameters": params}}}),
+            "t.json",
+        );
+        assert!(findings.is_empty(), "{findings:?}");
+        let Some(Def::Query(q)) = doc.unwrap().defs.get("main").cloned() else {
+            panic!("not a query")
+        };
+        assert!(q.parameters.is_some());
+        assert_eq!(
+            rules_of(
+                json!({"lexicon": 1, "id": "a.b.c", "defs": {"main": {"type": "query",
+                "parameters": {"type": "object", "properties": {}}}}})
+            ),
+            [rules::TYPE_NOT_ALLOWED]
+        );
+        assert_eq!(
+            rules_of(
+                json!({"lexicon": 1, "id": "a.b.c", "defs": {"x": {"type": "object",
+                "properties": {"p": {"type": "params", "properties": {}}}}}})
+            ),
+            [rules::TYPE_NOT_ALLOWED]
+        );
     }
 
     #[test]
