@@ -99,32 +99,38 @@ fn repo(cx: &mut Cx, path: &str, params: &IndexMap<String, Value>) {
         ),
         Some(value) => {
             let list_path = pointer_push(path, "collection");
-            for (item_path, nsid) in unique_strings(cx, &list_path, "collection", value) {
-                if nsid.contains('*') {
-                    cx.report(
-                        &item_path,
+            each_unique_string(
+                cx,
+                &list_path,
+                "collection",
+                value,
+                |cx, item_path, nsid| {
+                    if nsid.contains('*') {
+                        cx.report(
+                        item_path,
                         rules::BAD_PERMISSION,
                         format!(
                             "collection '{nsid}' is a wildcard, which lexicon permission sets do \
                              not support; list each record NSID"
                         ),
                     );
-                } else if let Err(e) = check_nsid(nsid) {
-                    cx.report(
-                        &item_path,
-                        rules::BAD_PERMISSION,
-                        format!("collection '{nsid}' is {e}; expected a record NSID"),
-                    );
-                }
-            }
+                    } else if let Err(e) = check_nsid(nsid) {
+                        cx.report(
+                            item_path,
+                            rules::BAD_PERMISSION,
+                            format!("collection '{nsid}' is {e}; expected a record NSID"),
+                        );
+                    }
+                },
+            );
         }
     }
     if let Some(value) = params.get("action") {
         let list_path = pointer_push(path, "action");
-        for (item_path, action) in unique_strings(cx, &list_path, "action", value) {
+        each_unique_string(cx, &list_path, "action", value, |cx, item_path, action| {
             if !ACTIONS.contains(&action) {
                 cx.report(
-                    &item_path,
+                    item_path,
                     rules::BAD_PERMISSION,
                     format!(
                         "'{action}' is not a repo action; expected {} (case-sensitive)",
@@ -132,7 +138,7 @@ fn repo(cx: &mut Cx, path: &str, params: &IndexMap<String, Value>) {
                     ),
                 );
             }
-        }
+        });
     }
 }
 
@@ -146,17 +152,17 @@ fn rpc(cx: &mut Cx, path: &str, params: &IndexMap<String, Value>) {
         ),
         Some(value) => {
             let list_path = pointer_push(path, "lxm");
-            for (item_path, lxm) in unique_strings(cx, &list_path, "lxm", value) {
+            each_unique_string(cx, &list_path, "lxm", value, |cx, item_path, lxm| {
                 if lxm == "*" {
                     any_method = true;
                 } else if let Err(e) = check_nsid(lxm) {
                     cx.report(
-                        &item_path,
+                        item_path,
                         rules::BAD_PERMISSION,
                         format!("lxm '{lxm}' is {e}; expected an endpoint NSID or '*'"),
                     );
                 }
-            }
+            });
         }
     }
     let inherit = match params.get("inheritAud") {
@@ -204,32 +210,35 @@ fn rpc(cx: &mut Cx, path: &str, params: &IndexMap<String, Value>) {
     }
 }
 
-/// The strings of a list parameter, with their paths: reports a value that
-/// is not a list, an empty list, entries that are not strings, and
-/// duplicates (which are left out of the result).
-fn unique_strings<'v>(
+/// Calls `check` with the path and value of each string of a list
+/// parameter, in order; reports a value that is not a list, an empty list,
+/// entries that are not strings, and duplicates (which are not checked).
+fn each_unique_string(
     cx: &mut Cx,
     path: &str,
     key: &str,
-    value: &'v Value,
-) -> Vec<(String, &'v str)> {
+    value: &Value,
+    mut check: impl FnMut(&mut Cx, &str, &str),
+) {
     let Some(items) = value.as_array() else {
         cx.report(
             path,
             rules::BAD_PERMISSION,
             format!("'{key}' must be a list of strings"),
         );
-        return Vec::new();
+        return;
     };
     if items.is_empty() {
-        cx.report(
-            path,
-            rules::BAD_PERMISSION,
-            format!("'{key}' is empty; list at least one value (or leave '{key}' out where it is optional)"),
-        );
+        let message = if key == "action" {
+            "'action' is empty, so no operation is allowed; list actions, or leave 'action' out \
+             to allow all of them"
+                .to_string()
+        } else {
+            format!("'{key}' is empty; list at least one value")
+        };
+        cx.report(path, rules::BAD_PERMISSION, message);
     }
     let mut seen: HashMap<&str, usize> = HashMap::with_capacity(items.len());
-    let mut out = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
         let item_path = pointer_push(path, &i.to_string());
         let Some(s) = item.as_str() else {
@@ -249,7 +258,6 @@ fn unique_strings<'v>(
             continue;
         }
         seen.insert(s, i);
-        out.push((item_path, s));
+        check(cx, &item_path, s);
     }
-    out
 }

@@ -198,12 +198,18 @@ fn string_violation(s: &StringType, format: Option<Format>, value: &str) -> Opti
     if let Some(min) = s.min_length
         && bytes < min
     {
-        return Some(format!("is {bytes} bytes long, below minLength {min}"));
+        return Some(format!(
+            "is {} long, below minLength {min}",
+            count(bytes, "byte")
+        ));
     }
     if let Some(max) = s.max_length
         && bytes > max
     {
-        return Some(format!("is {bytes} bytes long, above maxLength {max}"));
+        return Some(format!(
+            "is {} long, above maxLength {max}",
+            count(bytes, "byte")
+        ));
     }
     if s.min_graphemes.is_some() || s.max_graphemes.is_some() {
         let graphemes = value.graphemes(true).count() as u64;
@@ -211,14 +217,16 @@ fn string_violation(s: &StringType, format: Option<Format>, value: &str) -> Opti
             && graphemes < min
         {
             return Some(format!(
-                "is {graphemes} graphemes long, below minGraphemes {min}"
+                "is {} long, below minGraphemes {min}",
+                count(graphemes, "grapheme")
             ));
         }
         if let Some(max) = s.max_graphemes
             && graphemes > max
         {
             return Some(format!(
-                "is {graphemes} graphemes long, above maxGraphemes {max}"
+                "is {} long, above maxGraphemes {max}",
+                count(graphemes, "grapheme")
             ));
         }
     }
@@ -228,6 +236,15 @@ fn string_violation(s: &StringType, format: Option<Format>, value: &str) -> Opti
         return Some(format!("is {e}"));
     }
     None
+}
+
+/// "1 byte", "3 bytes".
+fn count(n: u64, unit: &str) -> String {
+    if n == 1 {
+        format!("1 {unit}")
+    } else {
+        format!("{n} {unit}s")
+    }
 }
 
 fn not_in_str_enum(s: &StringType, value: &str) -> Option<String> {
