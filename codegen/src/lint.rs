@@ -12,7 +12,7 @@
 //! error without a name …), so in a document that also has structural
 //! findings an index in a lint path counts only the readable entries.
 //!
-//! One job per file: [`walk`] visits the model and calls the checks in
+//! One job per file: `walk` visits the model and calls the checks in
 //! `document` (id, path, primary defs), `names`, `refs`, `limits`, `values`
 //! (enum, knownValues, default, const, format), `object` (required,
 //! nullable), `mime` (blob accept, body encoding) and `permission`.

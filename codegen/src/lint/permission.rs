@@ -185,15 +185,12 @@ fn rpc(cx: &mut Cx, path: &str, params: &IndexMap<String, Value>) {
             "an rpc permission needs aud: '*' or inheritAud: true",
         ),
         None => {}
-        Some(Value::String(aud)) if aud == "*" => {
-            if any_method {
-                cx.report(
-                    &aud_path,
-                    rules::BAD_PERMISSION,
-                    "aud and lxm are both '*'; at most one of them may be a wildcard",
-                );
-            }
-        }
+        Some(Value::String(aud)) if aud == "*" && any_method => cx.report(
+            &aud_path,
+            rules::BAD_PERMISSION,
+            "aud and lxm are both '*'; at most one of them may be a wildcard",
+        ),
+        Some(Value::String(aud)) if aud == "*" => {}
         Some(Value::String(aud)) => cx.report(
             &aud_path,
             rules::BAD_PERMISSION,

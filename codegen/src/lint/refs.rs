@@ -186,3 +186,76 @@ fn report_unresolved(cx: &mut Cx, path: &str, target: &str, e: &ResolveError) {
         ),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lint::test_support::lint_docs;
+    use serde_json::json;
+
+    #[test]
+    fn only_qualified_nsid_fragments_read_as_token_refs() {
+        assert!(is_token_ref("com.example.defs#tag"));
+        for plain in [
+            "com.example.defs",
+            "#tag",
+            "not an nsid#tag",
+            "com.example.defs#bad-name",
+            "a#b",
+            "com.example.defs#",
+            "https://example.com/page#section",
+        ] {
+            assert!(!is_token_ref(plain), "{plain}");
+        }
+    }
+
+    #[test]
+    fn a_ref_to_a_def_the_parser_left_out_is_dangling() {
+        // A ref def is not allowed (type-not-allowed while loading), so a
+        // ref-to-ref chain ends at a def the catalog does not have.
+        let mut catalog = crate::catalog::Catalog::new();
+        let structural = catalog.add(
+            "com/example/chain.json",
+            &json!({"lexicon": 1, "id": "com.example.chain", "defs": {
+                "main": {"type": "object", "properties": {"a": {"type": "ref", "ref": "#alias"}}},
+                "alias": {"type": "ref", "ref": "#main"}
+            }}),
+        );
+        assert_eq!(structural.len(), 1);
+        let found: Vec<_> = crate::lint::lint(&catalog)
+            .into_iter()
+            .map(|f| (f.path, f.rule))
+            .collect();
+        assert_eq!(
+            found,
+            [(
+                "/defs/main/properties/a/ref".to_string(),
+                rules::DANGLING_REF
+            )]
+        );
+    }
+
+    #[test]
+    fn resolution_crosses_documents_in_either_load_order() {
+        let user = json!({"lexicon": 1, "id": "com.example.user", "defs": {
+            "main": {"type": "object", "properties": {
+                "v": {"type": "union", "refs": ["com.example.defs#view"]}
+            }}
+        }});
+        let defs = json!({"lexicon": 1, "id": "com.example.defs", "defs": {
+            "view": {"type": "object", "properties": {}}
+        }});
+        for docs in [
+            [
+                ("com/example/user.json", user.clone()),
+                ("com/example/defs.json", defs.clone()),
+            ],
+            [
+                ("com/example/defs.json", defs.clone()),
+                ("com/example/user.json", user.clone()),
+            ],
+        ] {
+            assert!(lint_docs(&docs).is_empty());
+        }
+    }
+}
