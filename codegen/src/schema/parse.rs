@@ -57,7 +57,7 @@ impl Place {
             Place::Param => "params (only boolean, integer, string, unknown and arrays of them)",
             Place::BodySchema => "a body schema (object, ref or union)",
             Place::MessageSchema => "a subscription message schema (union)",
-            Place::Parameters => "'parameters' (params)",
+            Place::Parameters => "parameters (params)",
         }
     }
 }
@@ -253,6 +253,13 @@ impl Parser<'_> {
                     path,
                     &["type", "description", "parameters", "message", "errors"],
                 );
+                if !map.contains_key("message") {
+                    self.report(
+                        path,
+                        rules::SCHEMA,
+                        "a subscription needs a 'message' (with a union schema)",
+                    );
+                }
                 Def::Subscription(Subscription {
                     description,
                     parameters: self.opt_params(map, path),
@@ -571,6 +578,14 @@ impl Parser<'_> {
         };
         self.unknown_keys(body, &p, &["description", "encoding", "schema"]);
         let encoding = match self.opt_str(body, &p, "encoding") {
+            Some(e) if e.is_empty() => {
+                self.report(
+                    &pointer_push(&p, "encoding"),
+                    rules::SCHEMA,
+                    "'encoding' must not be empty (a MIME type, like application/json)",
+                );
+                e
+            }
             Some(e) => e,
             None => {
                 self.report(
@@ -931,24 +946,48 @@ mod tests {
     }
 
     #[test]
-    fn xrpc_parameters_are_params() {
+    fn parameters_take_params_and_nothing_else() {
+        let params = json!({"type": "params", "properties": {"q": {"type": "string"}}});
         let (doc, findings) = parse_document(
             &json!({"lexicon": 1, "id": "a.b.c", "defs": {"main": {"type": "query",
-                "parameters": {"type": "params", "required": ["q"],
-                    "properties": {"q": {"type": "string"}}}}}}),
+                "parameters": params}}}),
             "t.json",
         );
         assert!(findings.is_empty(), "{findings:?}");
-        let Some(Def::Query(q)) = doc.unwrap().defs.shift_remove("main") else {
-            panic!("not a query");
+        let Some(Def::Query(q)) = doc.unwrap().defs.get("main").cloned() else {
+            panic!("not a query")
         };
-        assert_eq!(q.parameters.unwrap().required, ["q"]);
+        assert!(q.parameters.is_some());
         assert_eq!(
             rules_of(
                 json!({"lexicon": 1, "id": "a.b.c", "defs": {"main": {"type": "query",
                 "parameters": {"type": "object", "properties": {}}}}})
             ),
             [rules::TYPE_NOT_ALLOWED]
+        );
+        assert_eq!(
+            rules_of(
+                json!({"lexicon": 1, "id": "a.b.c", "defs": {"x": {"type": "object",
+                "properties": {"p": {"type": "params", "properties": {}}}}}})
+            ),
+            [rules::TYPE_NOT_ALLOWED]
+        );
+    }
+
+    #[test]
+    fn subscriptions_need_a_message_and_bodies_an_encoding() {
+        assert_eq!(
+            rules_of(
+                json!({"lexicon": 1, "id": "a.b.c", "defs": {"main": {"type": "subscription"}}})
+            ),
+            [rules::SCHEMA]
+        );
+        assert_eq!(
+            rules_of(
+                json!({"lexicon": 1, "id": "a.b.c", "defs": {"main": {"type": "query",
+                "output": {"encoding": ""}}}})
+            ),
+            [rules::SCHEMA]
         );
     }
 
