@@ -1,0 +1,211 @@
+//! Lexicon toolchain throughput: record validation on a corpus of realistic
+//! chat messages, and parse+lint of a large catalog.
+//!
+//! Run: `cargo bench --bench lexicon` (release profile). Prints one line per
+//! measurement; the JSON-parse line is the baseline the validator is read
+//! against (validation alone, on already-parsed values, vs parsing the same bytes).
+
+use gelstore_codegen::catalog::Catalog;
+use gelstore_codegen::{lint, validate};
+use serde_json::{Value, json};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+const RECORDS: usize = 2_000;
+const MIN_TIME: Duration = Duration::from_secs(2);
+
+fn main() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let (catalog, findings) = Catalog::load_paths(&[format!("{root}/lexicons")]).expect("lexicons");
+    assert!(findings.is_empty(), "{findings:?}");
+
+    let corpus = chat_corpus(RECORDS);
+    let encoded: Vec<Vec<u8>> = corpus.iter().map(|v| serde_json::to_vec(v).unwrap()).collect();
+    let bytes: usize = encoded.iter().map(Vec::len).sum();
+    for v in &corpus {
+        let errors = validate_any(&catalog, v);
+        assert!(errors.is_empty(), "corpus must be valid: {errors:?}");
+    }
+    println!(
+        "corpus: {RECORDS} chat records (messages, sealed content, plain content), {:.1} MB of JSON",
+        bytes as f64 / 1e6
+    );
+
+    let parse = measure(|| {
+        for e in &encoded {
+            black_box(serde_json::from_slice::<Value>(e).unwrap());
+        }
+    });
+    report("baseline: serde_json parse only", parse, bytes);
+
+    let check = measure(|| {
+        for v in &corpus {
+            black_box(validate_any(&catalog, v));
+        }
+    });
+    report("validate (parsed values)", check, bytes);
+
+    let both = measure(|| {
+        for e in &encoded {
+            let v: Value = serde_json::from_slice(e).unwrap();
+            black_box(validate_any(&catalog, &v));
+        }
+    });
+    report("parse + validate", both, bytes);
+
+    lint_large_catalog(root);
+}
+
+fn validate_any(catalog: &Catalog, v: &Value) -> Vec<gelstore_codegen::Finding> {
+    let t = v["$type"].as_str().unwrap();
+    if t.contains('#') {
+        validate::validate_value(catalog, t, v)
+    } else {
+        validate::validate_record(catalog, v, None)
+    }
+}
+
+/// Runs `f` (one pass over the corpus) until `MIN_TIME` has passed; returns time per pass.
+fn measure(mut f: impl FnMut()) -> Duration {
+    f(); // warm up
+    let start = Instant::now();
+    let mut passes = 0u32;
+    while start.elapsed() < MIN_TIME {
+        f();
+        passes += 1;
+    }
+    start.elapsed() / passes
+}
+
+fn report(label: &str, per_pass: Duration, bytes: usize) {
+    let secs = per_pass.as_secs_f64();
+    println!(
+        "{label:<34} {:>10.0} records/s {:>8.1} MB/s",
+        RECORDS as f64 / secs,
+        bytes as f64 / secs / 1e6
+    );
+}
+
+/// A tiny deterministic PRNG (xorshift) so the corpus is the same every run.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+const WORDS: &[&str] = &[
+    "the", "model", "answered", "with", "a", "long", "careful", "reply", "über", "naïve", "données",
+    "日本語", "テキスト", "emoji", "👩‍👩‍👧", "about", "rust", "records", "sealed", "atproto", "tool",
+];
+
+fn prose(rng: &mut Rng, bytes: usize) -> String {
+    let mut s = String::with_capacity(bytes + 16);
+    while s.len() < bytes {
+        s.push_str(WORDS[rng.below(WORDS.len() as u64) as usize]);
+        s.push(' ');
+    }
+    s
+}
+
+fn b64(rng: &mut Rng, len: usize) -> String {
+    use base64::Engine;
+    let raw: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+    base64::engine::general_purpose::STANDARD_NO_PAD.encode(raw)
+}
+
+/// A mix like a real chat store: user messages and replies (metadata + a
+/// sealed content envelope), and the plainContent objects inside the seals
+/// (text, reasoning, tool calls and results).
+fn chat_corpus(n: usize) -> Vec<Value> {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let chat = "at://did:plc:ewvi7nxzyoun6zhxrhs64oiz/chat.gel.assistant.chat/3lbqyb6tcmk22";
+    (0..n)
+        .map(|i| match i % 4 {
+            0 => json!({
+                "$type": "chat.gel.assistant.message",
+                "chat": chat, "role": "user", "status": "complete",
+                "parent": "3lbqzdw5pzk22.r0",
+                "request": {"attempt": 0, "model": {"provider": "anthropic", "id": "claude-sonnet-4-5"},
+                            "tools": ["web_search", "mcp_files_read"], "effort": "medium"},
+                "createdAt": "2026-11-29T19:39:29.123Z",
+                "content": {"alg": "xchacha20poly1305-hkdf-sha256-v1", "keyId": "ck-3lbqyb6tcmk22-e1",
+                            "nonce": {"$bytes": b64(&mut rng, 24)},
+                            "ciphertext": {"$bytes": b64(&mut rng, 200 + rng.below(4000) as usize)}},
+            }),
+            1 => json!({
+                "$type": "chat.gel.assistant.message",
+                "chat": chat, "role": "assistant", "status": "complete",
+                "model": {"provider": "anthropic", "id": "claude-sonnet-4-5"},
+                "usage": {"inputTokens": 1200, "outputTokens": 800, "reasoningTokens": 300},
+                "stopReason": "stop",
+                "createdAt": "2026-11-29T19:39:31Z",
+                "content": {"alg": "xchacha20poly1305-hkdf-sha256-v1", "keyId": "ck-3lbqyb6tcmk22-e1",
+                            "nonce": {"$bytes": b64(&mut rng, 24)},
+                            "ciphertext": {"$bytes": b64(&mut rng, 1000 + rng.below(12000) as usize)}},
+            }),
+            _ => {
+                let parts: Vec<Value> = (0..1 + rng.below(6))
+                    .map(|_| match rng.below(4) {
+                        0 => json!({"$type": "chat.gel.assistant.defs#reasoningPart",
+                                    "text": prose(&mut rng, 300 + rng.below(3000) as usize),
+                                    "providerData": "{\"signature\":\"EqQBCkgIARABGAIiQL\"}"}),
+                        1 => json!({"$type": "chat.gel.assistant.defs#toolCallPart",
+                                    "callId": format!("toolu_{:016x}", rng.next()), "name": "web_search",
+                                    "arguments": "{\"query\":\"atproto lexicon validation\",\"limit\":5}"}),
+                        2 => json!({"$type": "chat.gel.assistant.defs#toolResultPart",
+                                    "callId": format!("toolu_{:016x}", rng.next()),
+                                    "output": prose(&mut rng, 500 + rng.below(5000) as usize)}),
+                        _ => json!({"$type": "chat.gel.assistant.defs#textPart",
+                                    "text": prose(&mut rng, 100 + rng.below(8000) as usize)}),
+                    })
+                    .collect();
+                json!({"$type": "chat.gel.assistant.defs#plainContent", "parts": parts})
+            }
+        })
+        .collect()
+}
+
+/// Parse + lint a large catalog: our lexicons copied under many namespaces
+/// (refs rewritten so they resolve), plus the interop catalog.
+fn lint_large_catalog(root: &str) {
+    const COPIES: usize = 500;
+    let mut docs = Vec::new();
+    for entry in std::fs::read_dir(format!("{root}/lexicons/chat/gel/assistant")).unwrap() {
+        let path = entry.unwrap().path();
+        docs.push(std::fs::read_to_string(path).unwrap());
+    }
+    let copies: Vec<(String, Value)> = (0..COPIES)
+        .flat_map(|i| {
+            docs.iter().map(move |text| {
+                let text = text.replace("chat.gel.assistant.", &format!("chat.gel.copy{i}."));
+                let v: Value = serde_json::from_str(&text).unwrap();
+                (format!("copy{i}/{}.json", v["id"].as_str().unwrap()), v)
+            })
+        })
+        .collect();
+    let total_docs = copies.len();
+    let start = Instant::now();
+    let mut catalog = Catalog::new();
+    for (file, v) in &copies {
+        black_box(catalog.add(file, v));
+    }
+    let parsed = start.elapsed();
+    let findings = lint::lint(&catalog);
+    let linted = start.elapsed() - parsed;
+    // id-path is expected to fire: the copies are not laid out by NSID.
+    let unexpected = findings.iter().filter(|f| f.rule != "id-path").count();
+    assert_eq!(unexpected, 0, "{:?}", &findings[..findings.len().min(5)]);
+    println!(
+        "lint: {total_docs} lexicon docs: parse {:.1} ms, lint {:.1} ms ({:.0} docs/s end to end)",
+        parsed.as_secs_f64() * 1e3,
+        linted.as_secs_f64() * 1e3,
+        total_docs as f64 / (parsed + linted).as_secs_f64()
+    );
+}
