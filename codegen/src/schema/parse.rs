@@ -31,6 +31,8 @@ enum Place {
     BodySchema,
     /// A subscription message schema: a union.
     MessageSchema,
+    /// The `parameters` of a query, procedure or subscription: params.
+    Parameters,
 }
 
 impl Place {
@@ -44,6 +46,7 @@ impl Place {
             ),
             Place::BodySchema => matches!(type_name, "object" | "ref" | "union"),
             Place::MessageSchema => type_name == "union",
+            Place::Parameters => type_name == "params",
         }
     }
 
@@ -54,6 +57,7 @@ impl Place {
             Place::Param => "params (only boolean, integer, string, unknown and arrays of them)",
             Place::BodySchema => "a body schema (object, ref or union)",
             Place::MessageSchema => "a subscription message schema (union)",
+            Place::Parameters => "parameters (params)",
         }
     }
 }
@@ -542,7 +546,7 @@ impl Parser<'_> {
     fn opt_params(&mut self, map: &Map<String, Value>, path: &str) -> Option<Params> {
         let v = map.get("parameters")?;
         let p = pointer_push(path, "parameters");
-        match self.ty(v, &p, Place::Field)? {
+        match self.ty(v, &p, Place::Parameters)? {
             Type::Params(params) => Some(params),
             other => {
                 self.report(
