@@ -4,7 +4,7 @@
 use serde_json::{Map, Value};
 
 use super::data_model::{BlobRef, check_link, describe};
-use super::strings::{list, quote};
+use super::strings::{count, list, quote};
 use super::{Path, Sink, rules};
 use crate::schema::{Blob, Bytes};
 
@@ -16,8 +16,9 @@ pub(crate) fn check_blob(t: &Blob, b: BlobRef<'_>, path: &Path<'_>, sink: &mut S
             path,
             rules::BLOB_SIZE,
             format!(
-                "{} is a blob of {size} bytes, over the maximum of {max}",
-                path.subject()
+                "{} is a blob of {}, over the maximum of {max}",
+                path.subject(),
+                count(size as u64, "byte")
             ),
         );
     }
@@ -113,8 +114,9 @@ pub(crate) fn check_bytes_length(len: u64, t: &Bytes, path: &Path<'_>, sink: &mu
             path,
             rules::BYTES_LENGTH,
             format!(
-                "{} is {len} bytes, over the maximum of {max}",
-                path.subject()
+                "{} is {}, over the maximum of {max}",
+                path.subject(),
+                count(len, "byte")
             ),
         );
     }
@@ -125,8 +127,9 @@ pub(crate) fn check_bytes_length(len: u64, t: &Bytes, path: &Path<'_>, sink: &mu
             path,
             rules::BYTES_LENGTH,
             format!(
-                "{} is {len} bytes, under the minimum of {min}",
-                path.subject()
+                "{} is {}, under the minimum of {min}",
+                path.subject(),
+                count(len, "byte")
             ),
         );
     }

@@ -49,8 +49,9 @@ pub(crate) fn check_string(s: &str, ty: &StringType, path: &Path<'_>, sink: &mut
             path,
             rules::MAX_LENGTH,
             format!(
-                "{} is {bytes} bytes of UTF-8, over the maximum of {max}",
-                path.subject()
+                "{} is {} of UTF-8, over the maximum of {max}",
+                path.subject(),
+                count(bytes, "byte")
             ),
         );
     }
@@ -61,8 +62,9 @@ pub(crate) fn check_string(s: &str, ty: &StringType, path: &Path<'_>, sink: &mut
             path,
             rules::MIN_LENGTH,
             format!(
-                "{} is {bytes} bytes of UTF-8, under the minimum of {min}",
-                path.subject()
+                "{} is {} of UTF-8, under the minimum of {min}",
+                path.subject(),
+                count(bytes, "byte")
             ),
         );
     }
@@ -93,8 +95,9 @@ fn check_graphemes(s: &str, min: Option<u64>, max: Option<u64>, path: &Path<'_>,
                 path,
                 rules::MAX_GRAPHEMES,
                 format!(
-                    "{} is {n} graphemes, over the maximum of {max}",
-                    path.subject()
+                    "{} is {}, over the maximum of {max}",
+                    path.subject(),
+                    count(n, "grapheme")
                 ),
             );
         }
@@ -111,8 +114,9 @@ fn check_graphemes(s: &str, min: Option<u64>, max: Option<u64>, path: &Path<'_>,
                 path,
                 rules::MIN_GRAPHEMES,
                 format!(
-                    "{} is {n} graphemes, under the minimum of {min}",
-                    path.subject()
+                    "{} is {}, under the minimum of {min}",
+                    path.subject(),
+                    count(n, "grapheme")
                 ),
             );
         }
@@ -183,6 +187,15 @@ pub(crate) fn check_boolean(b: bool, ty: &Boolean, path: &Path<'_>, sink: &mut S
             rules::CONST,
             format!("{} must be {c}, found {b}", path.subject()),
         );
+    }
+}
+
+/// `1 byte`, `2 bytes`.
+pub(crate) fn count(n: u64, unit: &str) -> String {
+    if n == 1 {
+        format!("1 {unit}")
+    } else {
+        format!("{n} {unit}s")
     }
 }
 

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use super::blob::{self, legacy_blob};
 use super::data_model::{Kind, classify, describe};
-use super::strings::{check_boolean, check_integer, check_string, list, quote};
+use super::strings::{check_boolean, check_integer, check_string, count, list, quote};
 use super::{Path, Sink, rules};
 use crate::catalog::{Catalog, Resolved, split_ref};
 use crate::schema::{Array, Def, Type, Union};
@@ -191,8 +191,9 @@ impl<'c> Walker<'c> {
                 path,
                 rules::ARRAY_LENGTH,
                 format!(
-                    "{} has {n} items, over the maximum of {max}",
-                    path.subject()
+                    "{} has {}, over the maximum of {max}",
+                    path.subject(),
+                    count(n, "item")
                 ),
             );
         }
@@ -203,8 +204,9 @@ impl<'c> Walker<'c> {
                 path,
                 rules::ARRAY_LENGTH,
                 format!(
-                    "{} has {n} items, under the minimum of {min}",
-                    path.subject()
+                    "{} has {}, under the minimum of {min}",
+                    path.subject(),
+                    count(n, "item")
                 ),
             );
         }
