@@ -379,7 +379,7 @@ impl<'c> Walker<'c> {
                 format!(
                     "{} must be an object with a $type (one of {}), found {}",
                     path.subject(),
-                    list(u.refs.iter().map(|r| r.to_string())),
+                    list(u.refs.iter().map(|r| qualified(from, r))),
                     describe(v)
                 ),
             );
@@ -400,7 +400,7 @@ impl<'c> Walker<'c> {
                     format!(
                         "{} has no $type; a union value must name its type (one of {})",
                         path.subject(),
-                        list(u.refs.iter().map(|r| r.to_string()))
+                        list(u.refs.iter().map(|r| qualified(from, r)))
                     ),
                 );
                 self.children(v, path, depth);
@@ -411,12 +411,12 @@ impl<'c> Walker<'c> {
             self.reference(from, r, v, kind, path, depth, hops);
         } else if u.closed {
             self.sink.report(
-                &path.key("$type"),
+                path,
                 rules::CLOSED_UNION,
                 format!(
                     "$type {} is not one of the closed union's types: {}",
                     quote(t),
-                    list(u.refs.iter().map(|r| r.to_string()))
+                    list(u.refs.iter().map(|r| qualified(from, r)))
                 ),
             );
             self.children(v, path, depth);
@@ -481,6 +481,15 @@ pub(crate) fn ref_matches(from: &str, reference: &str, t: &str) -> bool {
     match (split_ref(from, reference), split_ref("", t)) {
         (Ok(a), Ok(b)) => a == b,
         _ => false,
+    }
+}
+
+/// A union ref as a `$type` would spell it: `#x` becomes `nsid#x`.
+fn qualified(from: &str, reference: &str) -> String {
+    if reference.starts_with('#') {
+        format!("{from}{reference}")
+    } else {
+        reference.to_string()
     }
 }
 
