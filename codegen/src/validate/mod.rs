@@ -118,6 +118,9 @@ impl<'c> Validator<'c> {
     }
 
     /// Most containers data may nest (default [`DEFAULT_MAX_DEPTH`]).
+    /// The walk recurses once per level (a few hundred bytes of stack each
+    /// in debug builds), so keep this in the hundreds on a default 2 MiB
+    /// thread.
     pub fn max_depth(mut self, max_depth: usize) -> Self {
         self.max_depth = max_depth;
         self
