@@ -20,7 +20,10 @@ fn main() {
     assert!(findings.is_empty(), "{findings:?}");
 
     let corpus = chat_corpus(RECORDS);
-    let encoded: Vec<Vec<u8>> = corpus.iter().map(|v| serde_json::to_vec(v).unwrap()).collect();
+    let encoded: Vec<Vec<u8>> = corpus
+        .iter()
+        .map(|v| serde_json::to_vec(v).unwrap())
+        .collect();
     let bytes: usize = encoded.iter().map(Vec::len).sum();
     for v in &corpus {
         let errors = validate_any(&catalog, v);
@@ -101,11 +104,32 @@ impl Rng {
 }
 
 const WORDS: &[&str] = &[
-    "the", "model", "answered", "with", "a", "long", "careful", "reply", "über", "naïve", "données",
-    "日本語", "テキスト", "emoji", "👩‍👩‍👧", "about", "rust", "records", "sealed", "atproto", "tool",
+    "the",
+    "model",
+    "answered",
+    "with",
+    "a",
+    "long",
+    "careful",
+    "reply",
+    "über",
+    "naïve",
+    "données",
+    "日本語",
+    "テキスト",
+    "emoji",
+    "👩‍👩‍👧",
+    "about",
+    "rust",
+    "records",
+    "sealed",
+    "atproto",
+    "tool",
 ];
 
-fn prose(rng: &mut Rng, bytes: usize) -> String {
+/// Text of `min` plus up to `spread` bytes.
+fn prose(rng: &mut Rng, min: usize, spread: u64) -> String {
+    let bytes = min + rng.below(spread) as usize;
     let mut s = String::with_capacity(bytes + 16);
     while s.len() < bytes {
         s.push_str(WORDS[rng.below(WORDS.len() as u64) as usize]);
@@ -114,8 +138,10 @@ fn prose(rng: &mut Rng, bytes: usize) -> String {
     s
 }
 
-fn b64(rng: &mut Rng, len: usize) -> String {
+/// Base64 of `min` plus up to `spread` random bytes.
+fn b64(rng: &mut Rng, min: usize, spread: u64) -> String {
     use base64::Engine;
+    let len = min + rng.below(spread) as usize;
     let raw: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
     base64::engine::general_purpose::STANDARD_NO_PAD.encode(raw)
 }
@@ -136,8 +162,8 @@ fn chat_corpus(n: usize) -> Vec<Value> {
                             "tools": ["web_search", "mcp_files_read"], "effort": "medium"},
                 "createdAt": "2026-11-29T19:39:29.123Z",
                 "content": {"alg": "xchacha20poly1305-hkdf-sha256-v1", "keyId": "ck-3lbqyb6tcmk22-e1",
-                            "nonce": {"$bytes": b64(&mut rng, 24)},
-                            "ciphertext": {"$bytes": b64(&mut rng, 200 + rng.below(4000) as usize)}},
+                            "nonce": {"$bytes": b64(&mut rng, 24, 1)},
+                            "ciphertext": {"$bytes": b64(&mut rng, 200, 4000)}},
             }),
             1 => json!({
                 "$type": "chat.gel.assistant.message",
@@ -147,23 +173,23 @@ fn chat_corpus(n: usize) -> Vec<Value> {
                 "stopReason": "stop",
                 "createdAt": "2026-11-29T19:39:31Z",
                 "content": {"alg": "xchacha20poly1305-hkdf-sha256-v1", "keyId": "ck-3lbqyb6tcmk22-e1",
-                            "nonce": {"$bytes": b64(&mut rng, 24)},
-                            "ciphertext": {"$bytes": b64(&mut rng, 1000 + rng.below(12000) as usize)}},
+                            "nonce": {"$bytes": b64(&mut rng, 24, 1)},
+                            "ciphertext": {"$bytes": b64(&mut rng, 1000, 12000)}},
             }),
             _ => {
                 let parts: Vec<Value> = (0..1 + rng.below(6))
                     .map(|_| match rng.below(4) {
                         0 => json!({"$type": "chat.gel.assistant.defs#reasoningPart",
-                                    "text": prose(&mut rng, 300 + rng.below(3000) as usize),
+                                    "text": prose(&mut rng, 300, 3000),
                                     "providerData": "{\"signature\":\"EqQBCkgIARABGAIiQL\"}"}),
                         1 => json!({"$type": "chat.gel.assistant.defs#toolCallPart",
                                     "callId": format!("toolu_{:016x}", rng.next()), "name": "web_search",
                                     "arguments": "{\"query\":\"atproto lexicon validation\",\"limit\":5}"}),
                         2 => json!({"$type": "chat.gel.assistant.defs#toolResultPart",
                                     "callId": format!("toolu_{:016x}", rng.next()),
-                                    "output": prose(&mut rng, 500 + rng.below(5000) as usize)}),
+                                    "output": prose(&mut rng, 500, 5000)}),
                         _ => json!({"$type": "chat.gel.assistant.defs#textPart",
-                                    "text": prose(&mut rng, 100 + rng.below(8000) as usize)}),
+                                    "text": prose(&mut rng, 100, 8000)}),
                     })
                     .collect();
                 json!({"$type": "chat.gel.assistant.defs#plainContent", "parts": parts})

@@ -27,11 +27,21 @@ fn json_lines(o: &Output) -> Vec<Value> {
 #[test]
 fn our_lexicons_lint_clean() {
     let o = gelstore(&["lex", "lint"]);
-    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&o),
+        String::from_utf8_lossy(&o.stderr)
+    );
     let o = gelstore(&["lex", "lint", "lexicons", "--format", "json"]);
     let lines = json_lines(&o);
     assert!(lines.len() >= 6, "one line per lexicon file: {lines:?}");
-    assert!(lines.iter().all(|l| l["valid"] == true && l["errors"] == serde_json::json!([])));
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["valid"] == true && l["errors"] == serde_json::json!([]))
+    );
 }
 
 #[test]
@@ -43,7 +53,11 @@ fn chat_record_fixtures_check_as_expected() {
     assert!(expectations.len() >= 20, "a real corpus of fixtures");
     let mut failures = Vec::new();
     for (name, expect) in expectations {
-        let sub = if expect["valid"] == true { "valid" } else { "invalid" };
+        let sub = if expect["valid"] == true {
+            "valid"
+        } else {
+            "invalid"
+        };
         let file = format!("fixtures/records/{sub}/{name}");
         let mut args = vec!["lex", "check", "--format", "json"];
         let rkey = expect["rkey"].as_str();
@@ -81,7 +95,9 @@ fn human_output_is_file_path_message_lines() {
     let out = stdout(&o);
     assert!(!out.is_empty());
     for line in out.lines() {
-        let (file, rest) = line.split_once(":/").unwrap_or_else(|| panic!("no FILE:/path in {line}"));
+        let (file, rest) = line
+            .split_once(":/")
+            .unwrap_or_else(|| panic!("no FILE:/path in {line}"));
         assert!(file.ends_with(".json"), "{line}");
         assert!(rest.contains(": ") && rest.ends_with(']'), "{line}");
     }
@@ -112,7 +128,10 @@ fn check_reads_stdin_and_reports_all_errors() {
         .iter()
         .filter_map(|e| e["path"].as_str())
         .collect();
-    assert!(paths.contains(&"/role") && paths.contains(&"/createdAt"), "{paths:?}");
+    assert!(
+        paths.contains(&"/role") && paths.contains(&"/createdAt"),
+        "{paths:?}"
+    );
 }
 
 #[test]
@@ -171,5 +190,10 @@ fn diff_reports_breaking_changes_and_exits_1() {
         .find(|l| l["file"].as_str().is_some_and(|f| f.ends_with("defs.json")))
         .unwrap();
     assert_eq!(defs_line["valid"], false);
-    assert!(defs_line["errors"][0]["path"].as_str().unwrap().ends_with("maxLength"));
+    assert!(
+        defs_line["errors"][0]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("maxLength")
+    );
 }

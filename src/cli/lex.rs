@@ -4,6 +4,7 @@ use super::report::{self, InputReport};
 use super::{Format, Outcome};
 use clap::{Args, Subcommand};
 use gelstore_codegen::catalog::{Catalog, LoadError};
+use gelstore_codegen::schema::Def;
 use gelstore_codegen::{Finding, diff, lint, validate};
 use serde_json::Value;
 use std::io::Read;
@@ -95,9 +96,12 @@ fn run_check(args: CheckArgs) -> Result<Outcome, LoadError> {
             }
         };
         let mut r = InputReport::new(file.clone());
-        r.errors = validate::validate_record(&catalog, &value, args.rkey.as_deref())
+        r.errors = check_value(&catalog, &value, args.rkey.as_deref())
             .into_iter()
-            .map(|f| Finding { file: file.clone(), ..f })
+            .map(|f| Finding {
+                file: file.clone(),
+                ..f
+            })
             .collect();
         reports.push(r);
     }
@@ -132,6 +136,23 @@ fn run_diff(args: DiffArgs) -> Result<Outcome, LoadError> {
     Ok(report::print(&reports, args.format, "lexicon file(s)"))
 }
 
+/// Validates a record, or — when `$type` names a non-record def such as
+/// `chat.gel.assistant.defs#plainContent` (the content inside a seal) — that
+/// object. The record key only applies to records.
+fn check_value(catalog: &Catalog, value: &Value, rkey: Option<&str>) -> Vec<Finding> {
+    let names_non_record = value
+        .get("$type")
+        .and_then(Value::as_str)
+        .and_then(|t| catalog.resolve_type_id(t).ok())
+        .is_some_and(|r| !matches!(r.def, Def::Record(_)));
+    if names_non_record {
+        let type_id = value["$type"].as_str().unwrap_or_default();
+        validate::validate_value(catalog, type_id, value)
+    } else {
+        validate::validate_record(catalog, value, rkey)
+    }
+}
+
 /// Loads a catalog to check against; its own lint problems go to stderr as a
 /// warning (they are `lex lint`'s business) but do not stop the command.
 fn load_catalog_quietly(paths: &[PathBuf]) -> Result<Catalog, LoadError> {
@@ -160,7 +181,9 @@ fn read_record(file: &str) -> Result<Value, String> {
         limited(&mut f, &mut bytes)?;
     }
     if bytes.len() as u64 > MAX_RECORD_BYTES {
-        return Err(format!("over the {MAX_RECORD_BYTES}-byte limit for a record"));
+        return Err(format!(
+            "over the {MAX_RECORD_BYTES}-byte limit for a record"
+        ));
     }
     serde_json::from_slice(&bytes).map_err(|e| format!("not valid JSON: {e}"))
 }
