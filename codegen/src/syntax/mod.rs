@@ -13,6 +13,7 @@ mod handle;
 mod language;
 mod nsid;
 mod recordkey;
+mod text;
 mod tid;
 mod uri;
 
