@@ -1,1 +1,0 @@
-//! UNFINISHED: being written.
