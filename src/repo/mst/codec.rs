@@ -117,7 +117,7 @@ pub(crate) fn check_node_link(cid: &Cid) -> Result<(), MstError> {
         return Ok(());
     };
     Err(MstError::DisallowedCid {
-        cid: *cid,
+        cid: Box::new(*cid),
         reason: reason.to_owned(),
     })
 }
@@ -136,9 +136,13 @@ pub(crate) fn load_node(
     bounds: &Bounds,
 ) -> Result<Node, MstError> {
     check_node_link(cid)?;
-    let bytes = src.get(cid)?.ok_or(MstError::MissingBlock { cid: *cid })?;
+    let bytes = src.get(cid)?.ok_or(MstError::MissingBlock {
+        cid: Box::new(*cid),
+    })?;
     if cid_for_node(&bytes) != *cid {
-        return Err(MstError::CidMismatch { cid: *cid });
+        return Err(MstError::CidMismatch {
+            cid: Box::new(*cid),
+        });
     }
     decode_node(cid, bytes, height, bounds)
 }
@@ -151,9 +155,12 @@ pub(crate) fn decode_node(
     bounds: &Bounds,
 ) -> Result<Node, MstError> {
     let cid = *cid;
-    let value = decode_dag_cbor(&bytes).map_err(|source| MstError::BadCbor { cid, source })?;
+    let value = decode_dag_cbor(&bytes).map_err(|e| MstError::BadCbor {
+        cid: Box::new(cid),
+        source: Box::new(e),
+    })?;
     let shape = |reason: &str| MstError::BadShape {
-        cid,
+        cid: Box::new(cid),
         reason: reason.to_owned(),
     };
     let mut map = into_map(value, &["e", "l"]).map_err(|r| shape(&format!("node {r}")))?;
@@ -184,7 +191,7 @@ pub(crate) fn decode_node(
             .map_err(|r| entry_shape(&format!("\"t\" {r}")))?;
 
         let bad_prefix = |reason| MstError::BadPrefixLength {
-            cid,
+            cid: Box::new(cid),
             index,
             prefix_len,
             reason,
@@ -203,7 +210,7 @@ pub(crate) fn decode_node(
             // whole shared prefix (which would make the encoding ambiguous).
             if key.as_slice() <= previous.as_slice() {
                 return Err(MstError::KeyOrder {
-                    cid,
+                    cid: Box::new(cid),
                     key: shorten(&String::from_utf8_lossy(&key)),
                 });
             }
@@ -218,13 +225,13 @@ pub(crate) fn decode_node(
         check_key(&key)?;
         if index > 0 && key.as_bytes() <= previous.as_slice() {
             return Err(MstError::KeyOrder {
-                cid,
+                cid: Box::new(cid),
                 key: shorten(&key),
             });
         }
         if !bounds.contains(&key) {
             return Err(MstError::KeyOrder {
-                cid,
+                cid: Box::new(cid),
                 key: shorten(&key),
             });
         }
@@ -238,8 +245,8 @@ pub(crate) fn decode_node(
 
     if leaves.is_empty() {
         match (height, &subtrees[0]) {
-            (None, Some(_)) => return Err(MstError::UntrimmedRoot { cid }),
-            (Some(_), None) => return Err(MstError::EmptyNode { cid }),
+            (None, Some(_)) => return Err(MstError::UntrimmedRoot { cid: Box::new(cid) }),
+            (Some(_), None) => return Err(MstError::EmptyNode { cid: Box::new(cid) }),
             _ => {}
         }
     }
@@ -253,7 +260,7 @@ pub(crate) fn decode_node(
         let h = key_height(leaf.key.as_bytes());
         if h != node_height {
             return Err(MstError::WrongLayer {
-                cid,
+                cid: Box::new(cid),
                 reason: format!(
                     "key {:?} has height {h} but the node is at layer {node_height}",
                     shorten(&leaf.key)
@@ -264,7 +271,7 @@ pub(crate) fn decode_node(
     for sub in subtrees.iter().flatten() {
         if node_height == 0 {
             return Err(MstError::WrongLayer {
-                cid,
+                cid: Box::new(cid),
                 reason: "a node at layer 0 has a subtree".to_owned(),
             });
         }

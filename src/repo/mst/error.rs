@@ -7,7 +7,8 @@ use crate::repo::blocks::StoreError;
 
 /// Why an MST operation failed, or why a node block was rejected.
 ///
-/// Errors about a node carry the `cid` of the block they were found in.
+/// Errors about a node carry the `cid` of the block they were found in
+/// (boxed, to keep the error small).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum MstError {
@@ -25,7 +26,7 @@ pub enum MstError {
     #[error("disallowed CID {cid}: {reason}")]
     DisallowedCid {
         /// The CID.
-        cid: Cid,
+        cid: Box<Cid>,
         /// Why it is not allowed.
         reason: String,
     },
@@ -36,7 +37,7 @@ pub enum MstError {
     #[error("MST node block {cid} is missing")]
     MissingBlock {
         /// The CID of the missing block.
-        cid: Cid,
+        cid: Box<Cid>,
     },
 
     /// The block source failed.
@@ -47,16 +48,16 @@ pub enum MstError {
     #[error("block {cid} does not match its CID")]
     CidMismatch {
         /// The CID the block was stored under.
-        cid: Cid,
+        cid: Box<Cid>,
     },
 
     /// The block is not one canonical DAG-CBOR value.
     #[error("MST node {cid} is not valid DAG-CBOR: {source}")]
     BadCbor {
         /// The block.
-        cid: Cid,
+        cid: Box<Cid>,
         /// What the decoder found.
-        source: DataModelError,
+        source: Box<DataModelError>,
     },
 
     /// The block is DAG-CBOR but not an MST node: missing, extra or
@@ -64,7 +65,7 @@ pub enum MstError {
     #[error("MST node {cid} has the wrong shape: {reason}")]
     BadShape {
         /// The block.
-        cid: Cid,
+        cid: Box<Cid>,
         /// What is wrong.
         reason: String,
     },
@@ -74,7 +75,7 @@ pub enum MstError {
     #[error("MST node {cid}: key {key:?} is out of order")]
     KeyOrder {
         /// The block.
-        cid: Cid,
+        cid: Box<Cid>,
         /// The offending key (shortened).
         key: String,
     },
@@ -84,7 +85,7 @@ pub enum MstError {
     #[error("MST node {cid}: entry {index} has a bad prefix length {prefix_len}: {reason}")]
     BadPrefixLength {
         /// The block.
-        cid: Cid,
+        cid: Box<Cid>,
         /// Index of the entry in the node.
         index: usize,
         /// The prefix length found.
@@ -98,7 +99,7 @@ pub enum MstError {
     #[error("MST node {cid}: {reason}")]
     WrongLayer {
         /// The block.
-        cid: Cid,
+        cid: Box<Cid>,
         /// Which key or link is at the wrong layer.
         reason: String,
     },
@@ -108,7 +109,7 @@ pub enum MstError {
     #[error("MST node {cid} is empty but is not the root of an empty tree")]
     EmptyNode {
         /// The block.
-        cid: Cid,
+        cid: Box<Cid>,
     },
 
     /// The root has no entries and only points to a subtree; such a node
@@ -116,13 +117,13 @@ pub enum MstError {
     #[error("MST root {cid} is an empty node that only points to a subtree")]
     UntrimmedRoot {
         /// The block.
-        cid: Cid,
+        cid: Box<Cid>,
     },
 
-    /// An operation given to [`Mst::invert`](super::Mst::invert) does not
-    /// match the tree.
-    #[error("cannot invert operation on {key:?}: {reason}")]
-    InversionMismatch {
+    /// An operation given to [`Mst::apply`](super::Mst::apply) or
+    /// [`Mst::invert`](super::Mst::invert) does not match the tree.
+    #[error("operation on {key:?} does not match the tree: {reason}")]
+    OpMismatch {
         /// The key of the operation.
         key: String,
         /// What did not match.
@@ -131,5 +132,5 @@ pub enum MstError {
 
     /// A node could not be encoded (a bug or an impossible value).
     #[error("MST node could not be encoded: {0}")]
-    Encode(DataModelError),
+    Encode(Box<DataModelError>),
 }
