@@ -236,7 +236,7 @@ impl BlockSource for Counting<'_> {
 
 #[test]
 fn changes_load_and_write_only_their_path() {
-    let n = 20_000;
+    let n = 100_000;
     let keys: Vec<String> = (0..n)
         .map(|i| format!("app.x/{:08}", i * 7919 % 1_000_003))
         .collect();
