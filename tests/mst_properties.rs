@@ -144,6 +144,13 @@ fn same_keys_same_root_in_any_order() {
                 .collect();
             assert_eq!(got, want);
         }
+        let start = rng.key();
+        let got: Vec<_> = loaded.entries_from(&start).map(|e| e.unwrap().0).collect();
+        let want: Vec<_> = target
+            .range(start.clone()..)
+            .map(|(k, _)| k.clone())
+            .collect();
+        assert_eq!(got, want, "from {start}");
     }
 }
 

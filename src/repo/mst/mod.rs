@@ -238,6 +238,10 @@ impl<S: BlockSource> Mst<S> {
     /// Hands every node created in memory since it was loaded (or since the
     /// last call) to `sink`, children before parents, and returns the root
     /// CID. Nodes read from the block source are never written again.
+    ///
+    /// "Already written" is remembered per node, and clones of a tree share
+    /// their nodes, so write each tree's new nodes to the store it reads
+    /// from (or to a set of blocks that will land there).
     pub fn write_new_blocks(&self, sink: &mut impl BlockSink) -> Result<Cid, MstError> {
         write_node(&self.root, sink)?;
         Ok(self.root.cid())

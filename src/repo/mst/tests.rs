@@ -2,6 +2,7 @@
 //! implementations' test suites, structure edge cases, lazy loading.
 
 use std::cell::Cell;
+use std::collections::BTreeMap;
 
 use super::*;
 use crate::model::parse_cid;
@@ -407,4 +408,75 @@ fn proofs_cover_present_and_absent_keys() {
         verify_proof(root, &keys[3], &proof),
         Err(MstError::CidMismatch { .. })
     ));
+}
+
+/// A hand-made node block: `(key, subtree)` entries without prefix
+/// compression's help, and an optional left link.
+fn raw_node(left: Option<Cid>, entries: &[(&str, Option<Cid>)]) -> Vec<u8> {
+    use ipld_core::ipld::Ipld;
+    let link = |c: Option<Cid>| c.map_or(Ipld::Null, Ipld::Link);
+    let mut previous = "";
+    let mut list = Vec::new();
+    for (key, right) in entries {
+        let p = common_prefix_len(previous.as_bytes(), key.as_bytes());
+        let mut e = BTreeMap::new();
+        e.insert("k".to_owned(), Ipld::Bytes(key.as_bytes()[p..].to_vec()));
+        e.insert("p".to_owned(), Ipld::Integer(p as i128));
+        e.insert("t".to_owned(), link(*right));
+        e.insert("v".to_owned(), Ipld::Link(value()));
+        list.push(Ipld::Map(e));
+        previous = key;
+    }
+    let mut map = BTreeMap::new();
+    map.insert("e".to_owned(), Ipld::List(list));
+    map.insert("l".to_owned(), link(left));
+    serde_ipld_dagcbor::to_vec(&Ipld::Map(map)).unwrap()
+}
+
+/// A store holding a root `[B1/986427]` whose left subtree is `child`.
+fn tree_with_child(child: Vec<u8>) -> (MemoryBlocks, Cid) {
+    let mut store = MemoryBlocks::new();
+    let child_cid = crate::model::cid_for_cbor(&child);
+    store.insert(child_cid, child);
+    let root = raw_node(Some(child_cid), &[("B1/986427", None)]);
+    let root_cid = crate::model::cid_for_cbor(&root);
+    store.insert(root_cid, root);
+    (store, root_cid)
+}
+
+#[test]
+fn bad_nodes_below_the_root_are_found_when_reached() {
+    // A well-formed child loads fine.
+    let (store, root) = tree_with_child(raw_node(None, &[("A0/374913", None)]));
+    let tree = Mst::load(&store, root).unwrap();
+    assert_eq!(tree.entries().count(), 2);
+
+    // A height-1 key one layer down.
+    let (store, root) = tree_with_child(raw_node(None, &[("A1/076595", None)]));
+    let tree = Mst::load(&store, root).unwrap();
+    assert!(matches!(
+        tree.get("A1/076595"),
+        Err(MstError::WrongLayer { .. })
+    ));
+    assert!(matches!(
+        tree.entries().next(),
+        Some(Err(MstError::WrongLayer { .. }))
+    ));
+
+    // A key on the wrong side of its parent's key.
+    let (store, root) = tree_with_child(raw_node(None, &[("C0/451630", None)]));
+    let tree = Mst::load(&store, root).unwrap();
+    assert!(matches!(tree.get("A0/1"), Err(MstError::KeyOrder { .. })));
+    let mut other = Mst::new(MemoryBlocks::new());
+    other.insert("A0/1", value()).unwrap();
+    assert!(matches!(tree.diff(&other), Err(MstError::KeyOrder { .. })));
+
+    // An empty node as a subtree.
+    let (store, root) = tree_with_child(raw_node(None, &[]));
+    let mut tree = Mst::load(&store, root).unwrap();
+    assert!(matches!(
+        tree.insert("A0/374913", value()),
+        Err(MstError::EmptyNode { .. })
+    ));
+    assert_eq!(tree.root(), root);
 }
