@@ -1,0 +1,7 @@
+//! The atproto repository (v3): MST, signed commits, CAR files, proofs.
+//! UNFINISHED: being written.
+
+pub mod blocks;
+pub mod car;
+pub mod commit;
+pub mod mst;

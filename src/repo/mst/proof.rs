@@ -1,0 +1,91 @@
+//! Covering proofs: the node blocks that show a key's value, or its absence,
+//! and that are enough to undo a change to that key.
+
+use std::sync::Arc;
+
+use super::error::MstError;
+use super::node::{Bounds, Link, Node, below};
+use crate::repo::blocks::{BlockSink, BlockSource};
+
+/// Puts into `out` the blocks of the nodes covering `key` in the tree under
+/// `root`:
+///
+/// - every node on the search path of `key`, from the root down to the node
+///   holding it or, when it is absent, to the lowest node whose range holds
+///   it (this shows the value, or that there is none);
+/// - when the key is present, the rightmost path of the subtree just left of
+///   it and the leftmost path of the subtree just right of it: its
+///   neighbours, and the nodes a deletion of the key merges.
+///
+/// This is the same set the reference implementation's covering proof
+/// (`proofForKey` + `proofForLeftSib` + `proofForRightSib`) gives. With it,
+/// the key can be looked up, inserted or deleted in a partial tree loaded
+/// from these blocks.
+pub(crate) fn covering_proof(
+    src: &dyn BlockSource,
+    root: &Arc<Node>,
+    key: &str,
+    out: &mut dyn BlockSink,
+) -> Result<(), MstError> {
+    let mut node = root.clone();
+    let mut bounds = Bounds::default();
+    loop {
+        out.put(node.cid(), node.bytes().to_vec())?;
+        let i = node.find(key);
+        if node.leaf_at(i, key).is_some() {
+            let h = below(node.height);
+            spine(
+                src,
+                &node.subtrees[i],
+                h,
+                bounds.child(&node, i),
+                Edge::Last,
+                out,
+            )?;
+            spine(
+                src,
+                &node.subtrees[i + 1],
+                h,
+                bounds.child(&node, i + 1),
+                Edge::First,
+                out,
+            )?;
+            return Ok(());
+        }
+        let Some(link) = node.subtrees[i].clone() else {
+            return Ok(());
+        };
+        bounds = bounds.child(&node, i);
+        node = link.load(src, below(node.height), &bounds)?;
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Edge {
+    First,
+    Last,
+}
+
+/// The nodes on the leftmost (`First`) or rightmost (`Last`) path of `sub`.
+fn spine(
+    src: &dyn BlockSource,
+    sub: &Option<Link>,
+    mut height: u8,
+    mut bounds: Bounds,
+    edge: Edge,
+    out: &mut dyn BlockSink,
+) -> Result<(), MstError> {
+    let mut sub = sub.clone();
+    while let Some(link) = sub {
+        let node = link.load(src, height, &bounds)?;
+        out.put(node.cid(), node.bytes().to_vec())?;
+        let slot = match edge {
+            Edge::First => 0,
+            Edge::Last => node.leaves.len(),
+        };
+        bounds = bounds.child(&node, slot);
+        height = below(height);
+        sub = node.subtrees[slot].clone();
+    }
+    Ok(())
+}
