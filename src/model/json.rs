@@ -318,4 +318,17 @@ mod tests {
             Err(DataModelError::TooDeep { max: MAX_DEPTH })
         );
     }
+
+    #[test]
+    fn links_and_bytes_do_not_add_depth() {
+        // The same rule as the DAG-CBOR side, where they are scalars.
+        for leaf in [json!({"$link": LINK}), json!({"$bytes": "AA"})] {
+            let mut v = leaf;
+            for _ in 0..MAX_DEPTH {
+                v = json!([v]);
+            }
+            let ipld = json_to_ipld(&v).unwrap();
+            assert_eq!(ipld_to_json(&ipld).unwrap(), v);
+        }
+    }
 }
