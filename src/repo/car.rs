@@ -520,20 +520,22 @@ impl<R: Read> CarReader<R> {
         self.check_total(len)?;
         let cid_offset = self.offset;
         // `len` is at most max_section, which came from a usize.
-        let section = self.read_bytes(len as usize, "section")?;
+        let mut section = self.read_bytes(len as usize, "section")?;
         let (cid, cid_len) = parse_cid(&section, cid_offset)?;
-        let block = &section[cid_len..];
-        if block.len() > self.limits.max_block_size {
+        let block_len = section.len() - cid_len;
+        if block_len > self.limits.max_block_size {
             return Err(CarError::BlockTooLarge {
                 offset: start,
-                size: block.len() as u64,
+                size: block_len as u64,
                 max: self.limits.max_block_size as u64,
             });
         }
-        if Sha256::digest(block).as_slice() != cid.hash().digest() {
+        if Sha256::digest(&section[cid_len..]).as_slice() != cid.hash().digest() {
             return Err(CarError::HashMismatch { offset: start, cid });
         }
-        Ok(Some((cid, block.to_vec())))
+        // Keep the block in the section's buffer (no second allocation).
+        section.drain(..cid_len);
+        Ok(Some((cid, section)))
     }
 
     /// Fails if `more` bytes past the current offset would exceed the limit.
