@@ -4,4 +4,6 @@
 pub mod blocks;
 pub mod car;
 pub mod commit;
+pub mod keys;
 pub mod mst;
+pub mod tid;
