@@ -1,31 +1,13 @@
 //! atproto interop fixtures (CC0) for cryptography:
 //! `fixtures/interop/crypto/*.json`. See `fixtures/interop/INVENTORY.md`.
 
-use std::path::PathBuf;
-
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD_NO_PAD;
 use cid::multibase::{self, Base};
 use gelstore::repo::keys::{KeyAlgorithm, PublicKey, SignatureError, SigningKey};
-use serde_json::Value;
 
-fn fixture(name: &str) -> Vec<Value> {
-    let path: PathBuf = [env!("CARGO_MANIFEST_DIR"), "fixtures/interop/crypto", name]
-        .iter()
-        .collect();
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    match serde_json::from_str(&text) {
-        Ok(Value::Array(cases)) => cases,
-        other => panic!("{}: expected a JSON array, got {other:?}", path.display()),
-    }
-}
-
-fn str_field<'a>(case: &'a Value, key: &str) -> &'a str {
-    case.get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| panic!("no string {key:?} in {case}"))
-}
+mod common;
+use common::{interop_cases, str_field};
 
 fn b64(s: &str) -> Vec<u8> {
     STANDARD_NO_PAD
@@ -57,7 +39,7 @@ fn algorithm(name: &str) -> KeyAlgorithm {
 
 #[test]
 fn signature_fixtures() {
-    let cases = fixture("signature-fixtures.json");
+    let cases = interop_cases("crypto/signature-fixtures.json");
     assert_eq!(cases.len(), 6);
     let (mut valid, mut high_s, mut der) = (0, 0, 0);
     for case in &cases {
@@ -107,7 +89,7 @@ fn signature_fixtures() {
 
 #[test]
 fn w3c_did_key_k256() {
-    let cases = fixture("w3c_didkey_K256.json");
+    let cases = interop_cases("crypto/w3c_didkey_K256.json");
     assert_eq!(cases.len(), 5);
     for case in &cases {
         let private = hex(str_field(case, "privateKeyBytesHex"));
@@ -122,7 +104,7 @@ fn w3c_did_key_k256() {
 
 #[test]
 fn w3c_did_key_p256() {
-    let cases = fixture("w3c_didkey_P256.json");
+    let cases = interop_cases("crypto/w3c_didkey_P256.json");
     assert_eq!(cases.len(), 1);
     for case in &cases {
         let private = base58(str_field(case, "privateKeyBytesBase58"));

@@ -1,8 +1,6 @@
 //! atproto interop fixtures (CC0) for the data model:
 //! `fixtures/interop/data-model/*.json`. See `fixtures/interop/INVENTORY.md`.
 
-use std::path::PathBuf;
-
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD_NO_PAD;
 use gelstore::model::{
@@ -11,36 +9,17 @@ use gelstore::model::{
 };
 use serde_json::Value;
 
-fn fixture(name: &str) -> Vec<Value> {
-    let path: PathBuf = [
-        env!("CARGO_MANIFEST_DIR"),
-        "fixtures/interop/data-model",
-        name,
-    ]
-    .iter()
-    .collect();
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    match serde_json::from_str(&text) {
-        Ok(Value::Array(cases)) => cases,
-        other => panic!("{}: expected a JSON array, got {other:?}", path.display()),
-    }
-}
+mod common;
+use common::{interop_cases, str_field};
 
 fn field<'a>(case: &'a Value, key: &str) -> &'a Value {
     case.get(key)
         .unwrap_or_else(|| panic!("fixture case without {key:?}: {case}"))
 }
 
-fn str_field<'a>(case: &'a Value, key: &str) -> &'a str {
-    field(case, key)
-        .as_str()
-        .unwrap_or_else(|| panic!("{key:?} is not a string in {case}"))
-}
-
 #[test]
 fn fixtures_json_to_cbor_to_cid_and_back() {
-    let cases = fixture("data-model-fixtures.json");
+    let cases = interop_cases("data-model/data-model-fixtures.json");
     assert_eq!(cases.len(), 3, "fixture case count changed");
     for (i, case) in cases.iter().enumerate() {
         let json = field(case, "json");
@@ -84,7 +63,7 @@ fn fixtures_json_to_cbor_to_cid_and_back() {
 
 #[test]
 fn valid_cases_are_accepted() {
-    let cases = fixture("data-model-valid.json");
+    let cases = interop_cases("data-model/data-model-valid.json");
     assert_eq!(cases.len(), 5, "fixture case count changed");
     let mut failures = Vec::new();
     for case in &cases {
@@ -110,7 +89,7 @@ fn valid_cases_are_accepted() {
 
 #[test]
 fn integer_like_float_is_read_as_integer() {
-    let cases = fixture("data-model-valid.json");
+    let cases = interop_cases("data-model/data-model-valid.json");
     let case = cases
         .iter()
         .find(|c| str_field(c, "note") == "float, but integer-like")
@@ -127,7 +106,7 @@ fn integer_like_float_is_read_as_integer() {
 
 #[test]
 fn invalid_cases_are_rejected() {
-    let cases = fixture("data-model-invalid.json");
+    let cases = interop_cases("data-model/data-model-invalid.json");
     assert_eq!(cases.len(), 12, "fixture case count changed");
     let mut accepted = Vec::new();
     for case in &cases {

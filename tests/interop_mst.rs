@@ -3,34 +3,14 @@
 //! `fixtures/interop/INVENTORY.md` for the harness these follow.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
+
+mod common;
+use common::{interop_cases, interop_path, str_field};
 
 use gelstore::model::{Cid, parse_cid};
 use gelstore::repo::blocks::{BlockSource, MemoryBlocks};
 use gelstore::repo::mst::{Mst, RecordOp, check_key, common_prefix_len, key_height};
 use serde_json::Value;
-
-fn fixture_path(rel: &str) -> PathBuf {
-    [env!("CARGO_MANIFEST_DIR"), "fixtures/interop", rel]
-        .iter()
-        .collect()
-}
-
-fn json_cases(rel: &str) -> Vec<Value> {
-    let path = fixture_path(rel);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    match serde_json::from_str(&text) {
-        Ok(Value::Array(cases)) => cases,
-        other => panic!("{}: expected a JSON array, got {other:?}", path.display()),
-    }
-}
-
-fn str_field<'a>(case: &'a Value, key: &str) -> &'a str {
-    case.get(key)
-        .and_then(Value::as_str)
-        .unwrap_or_else(|| panic!("no string {key:?} in {case}"))
-}
 
 fn strings(case: &Value, key: &str) -> Vec<String> {
     case.get(key)
@@ -47,7 +27,7 @@ fn cid(s: &str) -> Cid {
 
 #[test]
 fn key_heights() {
-    let cases = json_cases("mst/key_heights.json");
+    let cases = interop_cases("mst/key_heights.json");
     assert_eq!(cases.len(), 9, "fixture case count changed");
     for case in &cases {
         let key = str_field(case, "key");
@@ -58,7 +38,7 @@ fn key_heights() {
 
 #[test]
 fn example_keys_have_the_height_in_their_name() {
-    let path = fixture_path("mst/example_keys.txt");
+    let path = interop_path("mst/example_keys.txt");
     let text = std::fs::read_to_string(&path).unwrap();
     // Split on '\n' only, skip empty and '#' lines, never trim.
     let keys: Vec<&str> = text
@@ -76,7 +56,7 @@ fn example_keys_have_the_height_in_their_name() {
 
 #[test]
 fn common_prefix() {
-    let cases = json_cases("mst/common_prefix.json");
+    let cases = interop_cases("mst/common_prefix.json");
     assert_eq!(cases.len(), 13, "fixture case count changed");
     for case in &cases {
         let (left, right) = (str_field(case, "left"), str_field(case, "right"));
@@ -122,7 +102,7 @@ fn check_inversion(name: &str, blocks: &MemoryBlocks, root: Cid, ops: &[RecordOp
 
 #[test]
 fn commit_proofs() {
-    let cases = json_cases("firehose/commit-proof-fixtures.json");
+    let cases = interop_cases("firehose/commit-proof-fixtures.json");
     assert_eq!(cases.len(), 6, "fixture case count changed");
     for case in &cases {
         let name = str_field(case, "comment");

@@ -805,28 +805,7 @@ impl Parser<'_> {
         path: &str,
         key: &str,
     ) -> Option<Vec<String>> {
-        let v = map.get(key)?;
-        let p = pointer_push(path, key);
-        let Some(items) = v.as_array() else {
-            self.report(
-                &p,
-                rules::SCHEMA,
-                format!("'{key}' must be an array of strings"),
-            );
-            return None;
-        };
-        let mut out = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            match item {
-                Value::String(s) => out.push(s.clone()),
-                _ => self.report(
-                    &pointer_push(&p, &i.to_string()),
-                    rules::SCHEMA,
-                    "must be a string",
-                ),
-            }
-        }
-        Some(out)
+        self.opt_list(map, path, key, "string", |v| v.as_str().map(str::to_string))
     }
 
     fn opt_int_list(
@@ -835,24 +814,40 @@ impl Parser<'_> {
         path: &str,
         key: &str,
     ) -> Option<Vec<i64>> {
+        self.opt_list(map, path, key, "integer", Value::as_i64)
+    }
+
+    /// An optional array whose items `item` converts; items it cannot
+    /// convert are reported (as not being `what`) and left out.
+    fn opt_list<T>(
+        &mut self,
+        map: &Map<String, Value>,
+        path: &str,
+        key: &str,
+        what: &str,
+        item: impl Fn(&Value) -> Option<T>,
+    ) -> Option<Vec<T>> {
         let v = map.get(key)?;
         let p = pointer_push(path, key);
         let Some(items) = v.as_array() else {
             self.report(
                 &p,
                 rules::SCHEMA,
-                format!("'{key}' must be an array of integers"),
+                format!("'{key}' must be an array of {what}s"),
             );
             return None;
         };
         let mut out = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            match item.as_i64() {
-                Some(n) => out.push(n),
+        for (i, v) in items.iter().enumerate() {
+            match item(v) {
+                Some(t) => out.push(t),
                 None => self.report(
                     &pointer_push(&p, &i.to_string()),
                     rules::SCHEMA,
-                    "must be an integer",
+                    format!(
+                        "must be {} {what}",
+                        if what == "integer" { "an" } else { "a" }
+                    ),
                 ),
             }
         }
