@@ -1130,8 +1130,13 @@ pub fn union_parts<'de, D: Deserializer<'de>>(d: D) -> Result<(String, Ipld), D:
 }
 
 /// Decodes a buffered value as `T`.
+///
+/// The value goes through DAG-CBOR bytes rather than `Ipld`'s own
+/// deserializer: that one hands integers to visitors as `i128`, which
+/// serde's `flatten` buffering (the `extra` map) refuses.
 pub fn from_ipld<T: DeserializeOwned>(v: Ipld) -> Result<T, DecodeError> {
-    T::deserialize(v).map_err(|e| DecodeError(e.to_string()))
+    let bytes = serde_ipld_dagcbor::to_vec(&Data(v)).map_err(|e| DecodeError(e.to_string()))?;
+    serde_ipld_dagcbor::from_slice(&bytes).map_err(|e| DecodeError(e.to_string()))
 }
 
 /// The error for a `$type` a closed union does not list.

@@ -52,7 +52,11 @@ pub(crate) fn module(ctx: &mut Ctx<'_>, doc: &Document) -> String {
     if doc.main().is_some_and(Def::is_primary) {
         m.w.blank();
         m.w.line("/// The NSID of this lexicon's main definition.");
-        m.w.line(&format!("pub const NSID: &str = {:?};", doc.id));
+        assign(
+            &mut m.w,
+            "pub const NSID: &str =",
+            &format!("{:?};", doc.id),
+        );
     }
     for (name, def) in &doc.defs {
         m.def = name.clone();
@@ -162,8 +166,8 @@ impl Module<'_, '_> {
                 self.w.blank();
                 self.w.doc(t.description.as_deref());
                 let id = type_id(&doc.id, name);
-                self.w
-                    .line(&format!("pub const {}: &str = {id:?};", info.name));
+                let lhs = format!("pub const {}: &str =", info.name);
+                assign(&mut self.w, &lhs, &format!("{id:?};"));
             }
             Def::Type(Type::String(s)) if matches!(info.kind, Kind::StrEnum) => {
                 self.emit_str_enum(&info.name, s.description.as_deref(), s, true);
@@ -1000,6 +1004,17 @@ pub(crate) fn arm(w: &mut Writer, pattern: &str, body: &str) {
         w.open(&format!("{pattern} => {{"));
         w.line(body);
         w.close("}");
+    }
+}
+
+/// `lhs rhs` on one line when it fits, else `rhs` indented on the next.
+pub(crate) fn assign(w: &mut Writer, lhs: &str, rhs: &str) {
+    if w.indent() + lhs.len() + 1 + rhs.len() <= MAX_WIDTH {
+        w.line(&format!("{lhs} {rhs}"));
+    } else {
+        w.open(lhs);
+        w.line(rhs);
+        w.indent_by(-1);
     }
 }
 

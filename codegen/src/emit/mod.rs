@@ -116,7 +116,12 @@ pub fn generate(catalog: &Catalog, opts: &Options) -> Result<Vec<File>, Vec<Stri
     }
     let docs = catalog
         .entries()
-        .map(|e| (module_path(&e.doc.id), (e.doc.id.clone(), e.doc.description.clone())))
+        .map(|e| {
+            (
+                module_path(&e.doc.id),
+                (e.doc.id.clone(), e.doc.description.clone()),
+            )
+        })
         .collect();
     Ok(layout(&ctx, modules, &docs))
 }
@@ -261,7 +266,9 @@ fn layout(
             format!("{}.rs", unraw(&path).join("/"))
         };
         let mut w = writer::Writer::default();
-        let doc = docs.get(&path).map(|(nsid, d)| (nsid.as_str(), d.as_deref()));
+        let doc = docs
+            .get(&path)
+            .map(|(nsid, d)| (nsid.as_str(), d.as_deref()));
         w.header(ctx.opts, path.is_empty(), doc);
         let mut mods: Vec<String> = kids
             .map(|k| k.iter().cloned().collect())
