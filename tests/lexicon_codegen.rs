@@ -225,12 +225,10 @@ fn fields_a_newer_lexicon_adds_survive_json_and_dag_cbor() {
     )
     .unwrap();
     let extra = newer_fields();
-    for target in [&mut record] {
-        target
-            .as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-    }
+    record
+        .as_object_mut()
+        .unwrap()
+        .extend(extra.as_object().unwrap().clone());
     for place in ["request", "content"] {
         record[place]
             .as_object_mut()

@@ -43,6 +43,16 @@ pub use ipld_core::ipld::Ipld;
 
 use crate::model::{self, BASE64};
 
+/// Reads `$bytes` like the dynamic validator: padding optional, non-zero
+/// trailing bits accepted (the interop fixtures use `"123"`). Writing uses
+/// the data model's canonical form (no padding).
+const BASE64_READ: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent)
+        .with_decode_allow_trailing_bits(true),
+);
+
 // ---------------------------------------------------------------------------
 // Validation results
 
@@ -718,7 +728,7 @@ fn special_map(map: BTreeMap<String, Ipld>) -> Result<Ipld, String> {
                     .map(Ipld::Link)
                     .map_err(|e| e.to_string())
             } else {
-                BASE64
+                BASE64_READ
                     .decode(s)
                     .map(Ipld::Bytes)
                     .map_err(|e| format!("$bytes is not valid base64: {e}"))
