@@ -367,6 +367,11 @@ impl Module<'_, '_> {
             Type::Blob(_) => "support::BlobRef".into(),
             Type::Array(a) => {
                 let item = self.rust_type(&a.items, owner, &format!("{field}Item"));
+                // A `Vec` already breaks a by-value cycle.
+                let item = match item.strip_prefix("Box<") {
+                    Some(inner) => inner.strip_suffix('>').unwrap_or(inner).to_string(),
+                    None => item,
+                };
                 format!("Vec<{item}>")
             }
             Type::Object(o) => {

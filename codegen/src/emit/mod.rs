@@ -302,3 +302,70 @@ fn unraw(path: &[String]) -> Vec<&str> {
         .map(|s| s.strip_prefix("r#").unwrap_or(s))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn generate_one(defs: serde_json::Value) -> String {
+        let mut c = Catalog::new();
+        let f = c.add(
+            "a.json",
+            &json!({"lexicon": 1, "id": "com.example.a", "defs": defs}),
+        );
+        assert!(f.is_empty(), "{f:?}");
+        let mut c2 = c.clone();
+        let f = c2.add(
+            "b.json",
+            &json!({"lexicon": 1, "id": "com.example.b", "defs": {"main": {"type": "object"}}}),
+        );
+        assert!(f.is_empty());
+        let files = generate(&c2, &Options::gelstore()).unwrap();
+        assert_eq!(
+            files,
+            generate(&c2, &Options::gelstore()).unwrap(),
+            "deterministic"
+        );
+        let file = files.iter().find(|f| f.path == "com/example/a.rs").unwrap();
+        assert!(file.contents.starts_with("// @generated"));
+        file.contents.clone()
+    }
+
+    #[test]
+    fn unions_accept_both_spellings_of_main_and_box_recursive_refs() {
+        let code = generate_one(json!({
+            "main": {"type": "object", "properties": {
+                "u": {"type": "union", "refs": ["com.example.b", "#node", "com.example.gone#x"]},
+                "ext": {"type": "ref", "ref": "com.example.gone#y"}
+            }},
+            "node": {"type": "object", "properties": {
+                "child": {"type": "ref", "ref": "#node"},
+                "children": {"type": "array", "items": {"type": "ref", "ref": "#node"}}
+            }}
+        }));
+        assert!(
+            code.contains("\"com.example.b\" | \"com.example.b#main\" =>"),
+            "{code}"
+        );
+        assert!(code.contains("pub child: Option<Box<Node>>,"), "{code}");
+        assert!(code.contains("pub children: Option<Vec<Node>>,"), "{code}");
+        // Lexicons outside the catalog are kept as data.
+        assert!(code.contains("pub ext: Option<support::Data>,"), "{code}");
+        assert!(code.contains("Unknown(support::Data),"), "{code}");
+    }
+
+    #[test]
+    fn refs_to_methods_are_problems() {
+        let mut c = Catalog::new();
+        c.add(
+            "a.json",
+            &json!({"lexicon": 1, "id": "com.example.a", "defs": {
+                "main": {"type": "query"},
+                "o": {"type": "object", "properties": {"q": {"type": "ref", "ref": "#main"}}}
+            }}),
+        );
+        let problems = generate(&c, &Options::gelstore()).unwrap_err();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+    }
+}
