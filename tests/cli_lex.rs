@@ -197,3 +197,18 @@ fn diff_reports_breaking_changes_and_exits_1() {
             .ends_with("maxLength")
     );
 }
+
+#[test]
+fn lex_gen_check_passes_on_the_checked_in_code_and_reports_drift() {
+    let o = gelstore(&["lex", "gen", "--check"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    let o = gelstore(&["lex", "gen", "--check", "--out", out]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stdout(&o).contains("[generated-drift]"), "{}", stdout(&o));
+    let o = gelstore(&["lex", "gen", "--out", out]);
+    assert_eq!(o.status.code(), Some(0));
+    let o = gelstore(&["lex", "gen", "--check", "--out", out]);
+    assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
+}

@@ -5,6 +5,7 @@
 
 pub mod catalog;
 pub mod diff;
+pub mod emit;
 pub mod finding;
 pub mod lint;
 pub mod schema;

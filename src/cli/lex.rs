@@ -5,7 +5,7 @@ use super::{Format, Outcome};
 use clap::{Args, Subcommand};
 use gelstore_codegen::catalog::{Catalog, LoadError};
 use gelstore_codegen::schema::Def;
-use gelstore_codegen::{Finding, diff, lint, validate};
+use gelstore_codegen::{Finding, diff, emit, lint, validate};
 use serde_json::Value;
 use std::io::Read;
 use std::path::PathBuf;
@@ -22,6 +22,8 @@ pub enum LexCommand {
     Check(CheckArgs),
     /// Compare two versions of a lexicon set; breaking changes are findings.
     Diff(DiffArgs),
+    /// Generate Rust types from the lexicons (`--check`: only compare).
+    Gen(GenArgs),
 }
 
 #[derive(Args, Debug)]
@@ -61,11 +63,34 @@ pub struct DiffArgs {
     pub format: Format,
 }
 
+#[derive(Args, Debug)]
+pub struct GenArgs {
+    /// The lexicon catalog to generate from (folders or files).
+    #[arg(long, default_value = "lexicons", value_name = "DIR")]
+    pub lexicons: Vec<PathBuf>,
+    /// The folder of the generated module (its `mod.rs` is the root).
+    #[arg(long, default_value = "src/lexicon", value_name = "DIR")]
+    pub out: PathBuf,
+    /// The Rust path of the generated root module.
+    #[arg(long, default_value = "crate::lexicon", value_name = "PATH")]
+    pub root: String,
+    /// The Rust path of the runtime-support module [default: ROOT::support,
+    /// declared by the generated root as `pub mod support;`].
+    #[arg(long, value_name = "PATH")]
+    pub support: Option<String>,
+    /// Write nothing; report every file that differs (exit 1 on drift).
+    #[arg(long)]
+    pub check: bool,
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
 pub fn run(cmd: LexCommand) -> Outcome {
     let result = match cmd {
         LexCommand::Lint(args) => run_lint(args),
         LexCommand::Check(args) => run_check(args),
         LexCommand::Diff(args) => run_diff(args),
+        LexCommand::Gen(args) => return run_gen(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e}");
@@ -134,6 +159,150 @@ fn run_diff(args: DiffArgs) -> Result<Outcome, LoadError> {
         }
     }
     Ok(report::print(&reports, args.format, "lexicon file(s)"))
+}
+
+/// Rule of a `lex gen --check` finding: a generated file differs from (or
+/// is missing from, or is left over in) what the lexicons generate.
+const GENERATED_DRIFT: &str = "generated-drift";
+
+fn run_gen(args: GenArgs) -> Outcome {
+    let catalog = match Catalog::load_paths(&args.lexicons) {
+        Ok((catalog, findings)) if findings.is_empty() => catalog,
+        Ok((_, findings)) => {
+            // A structurally broken catalog would generate wrong code.
+            let reports = report::group_by_file(Vec::new(), findings);
+            report::print(&reports, args.format, "lexicon file(s)");
+            return Outcome::Findings;
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Outcome::Failed;
+        }
+    };
+    let opts = emit::Options {
+        support: args
+            .support
+            .clone()
+            .unwrap_or_else(|| format!("{}::support", args.root)),
+        declare_support: args.support.is_none(),
+        root: args.root.clone(),
+        command: "gelstore lex gen".into(),
+    };
+    let files = match emit::generate(&catalog, &opts) {
+        Ok(files) => files,
+        Err(problems) => {
+            for p in problems {
+                eprintln!("error: {p}");
+            }
+            return Outcome::Findings;
+        }
+    };
+    match sync_generated(&args.out, &files, args.check) {
+        Ok(drift) => {
+            let label = |f: &str| args.out.join(f).display().to_string();
+            let mut reports: Vec<InputReport> = files
+                .iter()
+                .map(|f| InputReport::new(label(&f.path)))
+                .collect();
+            for (file, message) in drift {
+                let file = label(&file);
+                let finding = Finding::new(file.clone(), "", GENERATED_DRIFT, message);
+                match reports.iter_mut().find(|r| r.file == file) {
+                    Some(r) => r.errors.push(finding),
+                    None => {
+                        let mut r = InputReport::new(file);
+                        r.errors.push(finding);
+                        reports.push(r);
+                    }
+                }
+            }
+            report::print(&reports, args.format, "generated file(s)")
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            Outcome::Failed
+        }
+    }
+}
+
+/// Compares (`check`) or writes the generated files under `out`. Returns
+/// the differences as (relative path, message); when writing, only
+/// problems that writing did not fix are returned (none). Files under
+/// `out` that carry the generated marker but are no longer generated are
+/// reported, or deleted when writing; hand-written files are left alone.
+pub fn sync_generated(
+    out: &std::path::Path,
+    files: &[emit::File],
+    check: bool,
+) -> std::io::Result<Vec<(String, String)>> {
+    let mut drift = Vec::new();
+    for f in files {
+        let path = out.join(&f.path);
+        match std::fs::read_to_string(&path) {
+            Ok(old) if old == f.contents => continue,
+            Ok(_) if check => drift.push((
+                f.path.clone(),
+                "differs from what the lexicons generate; run `gelstore lex gen`".to_string(),
+            )),
+            Err(e) if check && e.kind() == std::io::ErrorKind::NotFound => drift.push((
+                f.path.clone(),
+                "is missing; run `gelstore lex gen`".to_string(),
+            )),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+            _ => {
+                if let Some(dir) = path.parent() {
+                    std::fs::create_dir_all(dir)?;
+                }
+                std::fs::write(&path, &f.contents)?;
+            }
+        }
+    }
+    let wanted: std::collections::BTreeSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    for stale in generated_files(out, out)? {
+        if wanted.contains(stale.as_str()) {
+            continue;
+        }
+        if check {
+            drift.push((
+                stale,
+                "is generated but no lexicon produces it any more; run `gelstore lex gen`"
+                    .to_string(),
+            ));
+        } else {
+            std::fs::remove_file(out.join(&stale))?;
+        }
+    }
+    Ok(drift)
+}
+
+/// The `.rs` files under `dir` whose first line carries the generated marker.
+fn generated_files(base: &std::path::Path, dir: &std::path::Path) -> std::io::Result<Vec<String>> {
+    let mut out = Vec::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(e),
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()?;
+    paths.sort();
+    for p in paths {
+        if p.is_dir() {
+            out.extend(generated_files(base, &p)?);
+        } else if p.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&p)?;
+            if text
+                .lines()
+                .next()
+                .is_some_and(|l| l.contains(emit::GENERATED_MARKER))
+            {
+                let rel = p.strip_prefix(base).unwrap_or(&p);
+                out.push(rel.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Validates a record, or — when `$type` names a non-record def such as

@@ -2,6 +2,8 @@
 //! group lives in its own module; they share the report printer in `report`.
 
 mod lex;
+
+pub use lex::sync_generated;
 mod report;
 
 use clap::{Parser, Subcommand, ValueEnum};

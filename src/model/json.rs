@@ -17,7 +17,7 @@ use super::validate::{check_integer, check_map_keys, enter};
 
 /// Standard base64 alphabet; writes no padding; reads with or without
 /// padding (the spec makes `=` optional); rejects non-zero trailing bits.
-const BASE64: GeneralPurpose = GeneralPurpose::new(
+pub(crate) const BASE64: GeneralPurpose = GeneralPurpose::new(
     &STANDARD,
     GeneralPurposeConfig::new()
         .with_encode_padding(false)

@@ -44,6 +44,7 @@ pub use self::cid::{
     cid_from_bytes, parse_cid,
 };
 pub use self::error::{DataModelError, Result};
+pub(crate) use self::json::BASE64;
 pub use self::json::{ipld_to_json, json_to_ipld, record_from_json};
 pub use self::validate::{check_data_model, check_record};
 

@@ -93,7 +93,7 @@ fn check_accept(t: &Blob, mime: &str, path: &Path<'_>, sink: &mut Sink) {
 /// `*/*` accepts anything, `image/*` any `image/…` type, anything else must
 /// match exactly. MIME types compare case-insensitively and parameters
 /// (`; charset=…`) are ignored.
-pub(crate) fn mime_accepted(pattern: &str, mime: &str) -> bool {
+pub fn mime_accepted(pattern: &str, mime: &str) -> bool {
     let essence = mime.split(';').next().unwrap_or("").trim();
     if pattern == "*/*" {
         return true;

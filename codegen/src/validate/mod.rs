@@ -63,6 +63,11 @@ mod strings;
 mod walk;
 mod xrpc;
 
+/// MIME pattern matching for blob `accept` (`*/*`, `image/*`, exact).
+pub use blob::mime_accepted;
+/// Extended grapheme clusters in a string, counting no further than a limit.
+pub use strings::count_graphemes;
+
 use serde_json::{Map, Value};
 
 use crate::catalog::Catalog;

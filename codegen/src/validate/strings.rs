@@ -124,7 +124,7 @@ fn check_graphemes(s: &str, min: Option<u64>, max: Option<u64>, path: &Path<'_>,
 }
 
 /// Extended grapheme clusters in `s`, counting no further than `limit`.
-pub(crate) fn count_graphemes(s: &str, limit: u64) -> u64 {
+pub fn count_graphemes(s: &str, limit: u64) -> u64 {
     let mut n = 0;
     for _ in s.graphemes(true) {
         n += 1;
