@@ -30,7 +30,9 @@ const SUNSCREEN: &[u8] = b"Ladies and Gentlemen of the class of '99: If I could 
 
 #[test]
 fn rfc8439_2_8_2_chacha20_poly1305() {
-    let key = unhex("80 81 82 83 84 85 86 87 88 89 8a 8b 8c 8d 8e 8f 90 91 92 93 94 95 96 97 98 99 9a 9b 9c 9d 9e 9f");
+    let key = unhex(
+        "80 81 82 83 84 85 86 87 88 89 8a 8b 8c 8d 8e 8f 90 91 92 93 94 95 96 97 98 99 9a 9b 9c 9d 9e 9f",
+    );
     // 32-bit fixed-common part 07 00 00 00, then the IV 40..47.
     let nonce = unhex("07 00 00 00 40 41 42 43 44 45 46 47");
     let aad = unhex("50 51 52 53 c0 c1 c2 c3 c4 c5 c6 c7");
@@ -73,7 +75,9 @@ fn rfc8439_2_8_2_chacha20_poly1305() {
 
 #[test]
 fn xchacha_draft_aead_xchacha20_poly1305() {
-    let key = unhex("80 81 82 83 84 85 86 87 88 89 8a 8b 8c 8d 8e 8f 90 91 92 93 94 95 96 97 98 99 9a 9b 9c 9d 9e 9f");
+    let key = unhex(
+        "80 81 82 83 84 85 86 87 88 89 8a 8b 8c 8d 8e 8f 90 91 92 93 94 95 96 97 98 99 9a 9b 9c 9d 9e 9f",
+    );
     let iv = unhex("40 41 42 43 44 45 46 47 48 49 4a 4b 4c 4d 4e 4f 50 51 52 53 54 55 56 57");
     let aad = unhex("50 51 52 53 c0 c1 c2 c3 c4 c5 c6 c7");
     let ciphertext = unhex(
@@ -116,13 +120,15 @@ fn xchacha_draft_aead_xchacha20_poly1305() {
 
 #[test]
 fn rfc7748_6_1_x25519() {
-    let alice_sk: [u8; 32] = unhex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")
-        .try_into()
-        .unwrap();
+    let alice_sk: [u8; 32] =
+        unhex("77076d0a7318a57d3c16c17251b26645df4c2f87ebc0992ab177fba51db92c2a")
+            .try_into()
+            .unwrap();
     let alice_pk = "8520f0098930a754748b7ddcb43ef75a0dbf3a0d26381af4eba4a98eaa9b4e6a";
-    let bob_sk: [u8; 32] = unhex("5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb")
-        .try_into()
-        .unwrap();
+    let bob_sk: [u8; 32] =
+        unhex("5dab087e624a8a4b79e17f8b83800ee66f3bb1292618b6fd1c2f8b27ff88e0eb")
+            .try_into()
+            .unwrap();
     let bob_pk = "de9edb7d7b7dc1b4d35b61c2ece435373f8343c85b78674dadfc7e146f882b4f";
     let shared = "4a5d9d5ba4ce2de1728e3bf480350f25e07e21c947d19e3376f09b3c1e161742";
 
@@ -242,16 +248,14 @@ fn run_hpke_vector(v: &HpkeVector) {
     // The single-shot API (what the key wraps use) gives the seq-0 ciphertext.
     let mut rng = FixedRng::new(&unhex(v.ikm_e));
     let (enc1, ct0) = hpke::single_shot_seal_with_rng::<HpkeChaCha, HkdfSha256, K>(
-        &mode_s,
-        &pk,
-        &info,
-        &pt,
-        b"Count-0",
-        &mut rng,
+        &mode_s, &pk, &info, &pt, b"Count-0", &mut rng,
     )
     .unwrap();
     assert_eq!(hex(&enc1.to_bytes()), v.pk_em);
-    assert_eq!(hex(&ct0), v.encryptions[0].1.replace(char::is_whitespace, ""));
+    assert_eq!(
+        hex(&ct0),
+        v.encryptions[0].1.replace(char::is_whitespace, "")
+    );
 }
 
 #[test]
@@ -265,22 +269,46 @@ fn rfc9180_a_2_1_base_x25519_sha256_chacha20poly1305() {
         sk_rm: "8057991eef8f1f1af18f4a9491d16a1ce333f695d4db8e38da75975c4478e0fb",
         psk: None,
         encryptions: &[
-            (0, "1c5250d8034ec2b784ba2cfd69dbdb8af406cfe3ff938e131f0def8c8b60b4db
-                 21993c62ce81883d2dd1b51a28"),
-            (1, "6b53c051e4199c518de79594e1c4ab18b96f081549d45ce015be002090bb119e
-                 85285337cc95ba5f59992dc98c"),
-            (2, "71146bd6795ccc9c49ce25dda112a48f202ad220559502cef1f34271e0cb4b02
-                 b4f10ecac6f48c32f878fae86b"),
-            (4, "63357a2aa291f5a4e5f27db6baa2af8cf77427c7c1a909e0b37214dd47db122b
-                 b153495ff0b02e9e54a50dbe16"),
-            (255, "18ab939d63ddec9f6ac2b60d61d36a7375d2070c9b683861110757062c52b888
-                   0a5f6b3936da9cd6c23ef2a95c"),
-            (256, "7a4a13e9ef23978e2c520fd4d2e757514ae160cd0cd05e556ef692370ca53076
-                   214c0c40d4c728d6ed9e727a5b"),
+            (
+                0,
+                "1c5250d8034ec2b784ba2cfd69dbdb8af406cfe3ff938e131f0def8c8b60b4db
+                 21993c62ce81883d2dd1b51a28",
+            ),
+            (
+                1,
+                "6b53c051e4199c518de79594e1c4ab18b96f081549d45ce015be002090bb119e
+                 85285337cc95ba5f59992dc98c",
+            ),
+            (
+                2,
+                "71146bd6795ccc9c49ce25dda112a48f202ad220559502cef1f34271e0cb4b02
+                 b4f10ecac6f48c32f878fae86b",
+            ),
+            (
+                4,
+                "63357a2aa291f5a4e5f27db6baa2af8cf77427c7c1a909e0b37214dd47db122b
+                 b153495ff0b02e9e54a50dbe16",
+            ),
+            (
+                255,
+                "18ab939d63ddec9f6ac2b60d61d36a7375d2070c9b683861110757062c52b888
+                   0a5f6b3936da9cd6c23ef2a95c",
+            ),
+            (
+                256,
+                "7a4a13e9ef23978e2c520fd4d2e757514ae160cd0cd05e556ef692370ca53076
+                   214c0c40d4c728d6ed9e727a5b",
+            ),
         ],
         exports: &[
-            ("", "4bbd6243b8bb54cec311fac9df81841b6fd61f56538a775e7c80a9f40160606e"),
-            ("00", "8c1df14732580e5501b00f82b10a1647b40713191b7c1240ac80e2b68808ba69"),
+            (
+                "",
+                "4bbd6243b8bb54cec311fac9df81841b6fd61f56538a775e7c80a9f40160606e",
+            ),
+            (
+                "00",
+                "8c1df14732580e5501b00f82b10a1647b40713191b7c1240ac80e2b68808ba69",
+            ),
             (
                 "54657374436f6e74657874",
                 "5acb09211139c43b3090489a9da433e8a30ee7188ba8b0a9a1ccf0c229283e53",
@@ -303,22 +331,46 @@ fn rfc9180_a_2_2_psk_x25519_sha256_chacha20poly1305() {
             "456e6e796e20447572696e206172616e204d6f726961",
         )),
         encryptions: &[
-            (0, "4a177f9c0d6f15cfdf533fb65bf84aecdc6ab16b8b85b4cf65a370e07fc1d78d
-                 28fb073214525276f4a89608ff"),
-            (1, "5c3cabae2f0b3e124d8d864c116fd8f20f3f56fda988c3573b40b09997fd6c76
-                 9e77c8eda6cda4f947f5b704a8"),
-            (2, "14958900b44bdae9cbe5a528bf933c5c990dbb8e282e6e495adf8205d19da9eb
-                 270e3a6f1e0613ab7e757962a4"),
-            (4, "c2a7bc09ddb853cf2effb6e8d058e346f7fe0fb3476528c80db6b698415c5f8c
-                 50b68a9a355609e96d2117f8d3"),
-            (255, "2414d0788e4bc39a59a26d7bd5d78e111c317d44c37bd5a4c2a1235f2ddc2085
-                   c487d406490e75210c958724a7"),
-            (256, "c567ae1c3f0f75abe1dd9e4532b422600ed4a6e5b9484dafb1e43ab9f5fd662b
-                   28c00e2e81d3cde955dae7e218"),
+            (
+                0,
+                "4a177f9c0d6f15cfdf533fb65bf84aecdc6ab16b8b85b4cf65a370e07fc1d78d
+                 28fb073214525276f4a89608ff",
+            ),
+            (
+                1,
+                "5c3cabae2f0b3e124d8d864c116fd8f20f3f56fda988c3573b40b09997fd6c76
+                 9e77c8eda6cda4f947f5b704a8",
+            ),
+            (
+                2,
+                "14958900b44bdae9cbe5a528bf933c5c990dbb8e282e6e495adf8205d19da9eb
+                 270e3a6f1e0613ab7e757962a4",
+            ),
+            (
+                4,
+                "c2a7bc09ddb853cf2effb6e8d058e346f7fe0fb3476528c80db6b698415c5f8c
+                 50b68a9a355609e96d2117f8d3",
+            ),
+            (
+                255,
+                "2414d0788e4bc39a59a26d7bd5d78e111c317d44c37bd5a4c2a1235f2ddc2085
+                   c487d406490e75210c958724a7",
+            ),
+            (
+                256,
+                "c567ae1c3f0f75abe1dd9e4532b422600ed4a6e5b9484dafb1e43ab9f5fd662b
+                   28c00e2e81d3cde955dae7e218",
+            ),
         ],
         exports: &[
-            ("", "813c1bfc516c99076ae0f466671f0ba5ff244a41699f7b2417e4c59d46d39f40"),
-            ("00", "2745cf3d5bb65c333658732954ee7af49eb895ce77f8022873a62a13c94cb4e1"),
+            (
+                "",
+                "813c1bfc516c99076ae0f466671f0ba5ff244a41699f7b2417e4c59d46d39f40",
+            ),
+            (
+                "00",
+                "2745cf3d5bb65c333658732954ee7af49eb895ce77f8022873a62a13c94cb4e1",
+            ),
             (
                 "54657374436f6e74657874",
                 "ad40e3ae14f21c99bfdebc20ae14ab86f4ca2dc9a4799d200f43a25f99fa78ae",
