@@ -744,3 +744,44 @@ fn fixed_rng_draws_exactly_one_nonce_per_seal() {
     assert_eq!(rng.remaining(), 0);
     let _ = hex(&[]);
 }
+
+/// The seeds of the `seal_open` fuzz target (`fuzz/seeds/seal_open/`), run
+/// through the target's property. Seeds named `valid-*` must open.
+/// `GELSTORE_WRITE_SEAL_SEEDS=1 cargo test --test seal_records fuzz_seeds`
+/// rewrites them.
+#[test]
+fn fuzz_seeds_run_through_the_property() {
+    use gelstore::model::encode_dag_cbor;
+    use gelstore::seal::fuzzing::{FUZZ_KEY, FUZZ_KEY_ID, FUZZ_PLACE, seal_open_property};
+
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/seal_open");
+    if std::env::var_os("GELSTORE_WRITE_SEAL_SEEDS").is_some() {
+        let key = ChatKey::new(FUZZ_KEY_ID, FUZZ_KEY);
+        let mut rng = HashRng::new("fuzz seeds");
+        let blob = seal_blob_with_key(&[7u8; 300], BlobKey::from_bytes(FUZZ_KEY)).unwrap();
+        let sealed = seal_record(&message_record(), &FUZZ_PLACE, &content("fuzz me"), std::slice::from_ref(&blob.seal), &key, &SealOptions::default(), &mut rng).unwrap();
+        let plain = seal_record(&message_record(), &FUZZ_PLACE, &content("no blobs"), &[], &key, &SealOptions { padding: Padding::None }, &mut rng).unwrap();
+        let bad_alg = with_field(&plain, &["content", "alg"], Some(Ipld::String("v0".into())));
+        let envelope = Ipld::Map(sealed_field(&sealed).clone());
+        let (ring, wraps) = gelstore::seal::Keyring::create(DID, "3laaaaaaaaaa2", gelstore::seal::DeviceKey::generate(&mut rng), &mut rng).unwrap();
+        drop(ring);
+        std::fs::create_dir_all(&dir).unwrap();
+        let write = |name: &str, bytes: &[u8]| std::fs::write(dir.join(name), bytes).unwrap();
+        write("valid-message-with-blob.cbor", &encode_dag_cbor(&sealed).unwrap());
+        write("valid-message-unpadded.cbor", &encode_dag_cbor(&plain).unwrap());
+        write("valid-blob.bin", &blob.bytes);
+        write("alg-unknown.cbor", &encode_dag_cbor(&bad_alg).unwrap());
+        write("envelope.cbor", &encode_dag_cbor(&envelope).unwrap());
+        write("keywrap.cbor", &encode_dag_cbor(&wraps[0].to_ipld()).unwrap());
+        write("frame.bin", b"\0\0\0\x01\xa0\0\0\0");
+    }
+    let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    names.sort();
+    assert!(names.len() >= 7, "seeds missing in {}", dir.display());
+    for path in names {
+        let data = std::fs::read(&path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let opened = seal_open_property(&data);
+        assert_eq!(opened, name.starts_with("valid-"), "{name}");
+    }
+}

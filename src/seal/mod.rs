@@ -26,6 +26,8 @@ pub mod blob;
 pub mod envelope;
 mod error;
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod keyring;
 pub mod keys;
 pub mod record;
