@@ -759,23 +759,61 @@ fn fuzz_seeds_run_through_the_property() {
         let key = ChatKey::new(FUZZ_KEY_ID, FUZZ_KEY);
         let mut rng = HashRng::new("fuzz seeds");
         let blob = seal_blob_with_key(&[7u8; 300], BlobKey::from_bytes(FUZZ_KEY)).unwrap();
-        let sealed = seal_record(&message_record(), &FUZZ_PLACE, &content("fuzz me"), std::slice::from_ref(&blob.seal), &key, &SealOptions::default(), &mut rng).unwrap();
-        let plain = seal_record(&message_record(), &FUZZ_PLACE, &content("no blobs"), &[], &key, &SealOptions { padding: Padding::None }, &mut rng).unwrap();
+        let sealed = seal_record(
+            &message_record(),
+            &FUZZ_PLACE,
+            &content("fuzz me"),
+            std::slice::from_ref(&blob.seal),
+            &key,
+            &SealOptions::default(),
+            &mut rng,
+        )
+        .unwrap();
+        let plain = seal_record(
+            &message_record(),
+            &FUZZ_PLACE,
+            &content("no blobs"),
+            &[],
+            &key,
+            &SealOptions {
+                padding: Padding::None,
+            },
+            &mut rng,
+        )
+        .unwrap();
         let bad_alg = with_field(&plain, &["content", "alg"], Some(Ipld::String("v0".into())));
         let envelope = Ipld::Map(sealed_field(&sealed).clone());
-        let (ring, wraps) = gelstore::seal::Keyring::create(DID, "3laaaaaaaaaa2", gelstore::seal::DeviceKey::generate(&mut rng), &mut rng).unwrap();
+        let (ring, wraps) = gelstore::seal::Keyring::create(
+            DID,
+            "3laaaaaaaaaa2",
+            gelstore::seal::DeviceKey::generate(&mut rng),
+            &mut rng,
+        )
+        .unwrap();
         drop(ring);
         std::fs::create_dir_all(&dir).unwrap();
         let write = |name: &str, bytes: &[u8]| std::fs::write(dir.join(name), bytes).unwrap();
-        write("valid-message-with-blob.cbor", &encode_dag_cbor(&sealed).unwrap());
-        write("valid-message-unpadded.cbor", &encode_dag_cbor(&plain).unwrap());
+        write(
+            "valid-message-with-blob.cbor",
+            &encode_dag_cbor(&sealed).unwrap(),
+        );
+        write(
+            "valid-message-unpadded.cbor",
+            &encode_dag_cbor(&plain).unwrap(),
+        );
         write("valid-blob.bin", &blob.bytes);
         write("alg-unknown.cbor", &encode_dag_cbor(&bad_alg).unwrap());
         write("envelope.cbor", &encode_dag_cbor(&envelope).unwrap());
-        write("keywrap.cbor", &encode_dag_cbor(&wraps[0].to_ipld()).unwrap());
+        write(
+            "keywrap.cbor",
+            &encode_dag_cbor(&wraps[0].to_ipld()).unwrap(),
+        );
         write("frame.bin", b"\0\0\0\x01\xa0\0\0\0");
     }
-    let mut names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
     names.sort();
     assert!(names.len() >= 7, "seeds missing in {}", dir.display());
     for path in names {
@@ -785,3 +823,230 @@ fn fuzz_seeds_run_through_the_property() {
         assert_eq!(opened, name.starts_with("valid-"), "{name}");
     }
 }
+
+/// The golden vectors in `fixtures/seal/` (see its README): rebuilt here
+/// from their inputs with the RNG replaced by the listed bytes, and compared
+/// field by field. `GELSTORE_WRITE_SEAL_FIXTURES=1` rewrites the files.
+#[test]
+fn golden_vectors_match_fixtures() {
+    use gelstore::model::{encode_dag_cbor, ipld_to_json};
+    use gelstore::seal::record::record_key;
+    use gelstore::seal::wrap::{Psk, derive_x25519_keypair, open_wrap, seal_wrap, wrap_info};
+    use seal_rng::unhex;
+    use serde_json::Value;
+
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/seal");
+    let write = std::env::var_os("GELSTORE_WRITE_SEAL_FIXTURES").is_some();
+    let check = |name: &str, got: Value| {
+        let path = dir.join(name);
+        if write {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, serde_json::to_string_pretty(&got).unwrap() + "\n").unwrap();
+        }
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let want: Value = serde_json::from_str(&text).unwrap();
+        let (Value::Object(w), Value::Object(g)) = (&want, &got) else {
+            panic!()
+        };
+        for (k, v) in w {
+            assert_eq!(Some(v), g.get(k), "{name}: {k}");
+        }
+        assert_eq!(w.len(), g.len(), "{name}: fields");
+    };
+    let chat_key_bytes: [u8; 32] =
+        unhex("000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f")
+            .try_into()
+            .unwrap();
+
+    // 1. A user message with one attached blob, padded.
+    {
+        let key = ChatKey::new("chat:3lbqzdq7qzk22:0:00112233aabbccdd", chat_key_bytes);
+        let blob_key: [u8; 32] = [0xb1; 32];
+        let blob_plain = b"The quick brown fox jumps over the lazy dog.\n";
+        let blob = seal_blob_with_key(blob_plain, BlobKey::from_bytes(blob_key)).unwrap();
+        let nonce = unhex("404142434445464748494a4b4c4d4e4f5051525354555657");
+        let record = message_record();
+        let body = record_from_json(&json!({"parts": [
+            {"$type": "chat.gel.assistant.defs#textPart", "text": "What does this file say?"},
+            {"$type": "chat.gel.assistant.defs#filePart", "name": "fox.txt", "file": {
+                "$type": "blob", "ref": {"$link": blob.seal.cid.to_string()},
+                "mimeType": "text/plain", "size": blob.seal.size}}
+        ]}))
+        .unwrap();
+        let sealed = seal_record(
+            &record,
+            &place(),
+            &body,
+            std::slice::from_ref(&blob.seal),
+            &key,
+            &SealOptions {
+                padding: Padding::Padme,
+            },
+            &mut FixedRng::new(&nonce),
+        )
+        .unwrap();
+        let Ipld::Map(map) = &record else { panic!() };
+        let clear_cbor = encode_dag_cbor(&record).unwrap();
+        let ctx = AadContext {
+            place: place(),
+            record_type: MESSAGE,
+            clear_hash: clear_fields_hash(map, "content").unwrap(),
+        };
+        let bindings = vec![blob.seal.binding()];
+        let aad = record_aad(SEAL_ALG_V1, key.key_id(), &nonce, &ctx, &bindings);
+        let env = Envelope::from_ipld(&Ipld::Map(sealed_field(&sealed).clone())).unwrap();
+        let frame = open_frame(&env, &key, &ctx).unwrap();
+        check(
+            "message-with-blob.json",
+            json!({
+                "description": "A chat.gel.assistant.message sealed with one blob and Padmé padding. Inputs, then every intermediate value, then the sealed record.",
+                "did": DID, "collection": MESSAGE, "rkey": place().rkey,
+                "keyId": key.key_id(), "chatKey": hex(&chat_key_bytes),
+                "nonce": hex(&nonce), "padding": "padme",
+                "record": ipld_to_json(&record).unwrap(),
+                "content": ipld_to_json(&body).unwrap(),
+                "blobPlaintextUtf8": std::str::from_utf8(blob_plain).unwrap(),
+                "blobKey": hex(&blob_key),
+                "blobSealed": hex(&blob.bytes), "blobCid": blob.seal.cid.to_string(), "blobSize": blob.seal.size,
+                "clearFieldsCbor": hex(&clear_cbor), "clearHash": hex(&ctx.clear_hash),
+                "recordKey": hex(record_key(&chat_key_bytes, SEAL_ALG_V1, key.key_id()).as_ref()),
+                "contentCbor": hex(&encode_dag_cbor(&body).unwrap()),
+                "frame": hex(&frame),
+                "aad": hex(&aad),
+                "ciphertext": hex(&env.ciphertext),
+                "sealedRecord": ipld_to_json(&sealed).unwrap(),
+            }),
+        );
+        assert_eq!(open_record(&sealed, &place(), &key).unwrap().content, body);
+    }
+
+    // 2. A chat record's sealed fields, unpadded, no blobs.
+    {
+        let key = ChatKey::new("chat:3lbqzdq7qzk22:0:00112233aabbccdd", chat_key_bytes);
+        let nonce = unhex("a0a1a2a3a4a5a6a7a8a9aaabacadaeafb0b1b2b3b4b5b6b7");
+        let place = Place {
+            did: DID,
+            collection: CHAT,
+            rkey: "3lbqzdq7qzk22",
+        };
+        let record = record_from_json(&json!({
+            "$type": CHAT, "createdAt": "2025-11-29T19:40:00.000Z",
+            "model": {"provider": "example", "id": "model-1"}
+        }))
+        .unwrap();
+        let fields = record_from_json(
+            &json!({"title": "Packing list", "systemPrompt": "Answer in one line."}),
+        )
+        .unwrap();
+        let sealed = seal_record(
+            &record,
+            &place,
+            &fields,
+            &[],
+            &key,
+            &SealOptions {
+                padding: Padding::None,
+            },
+            &mut FixedRng::new(&nonce),
+        )
+        .unwrap();
+        let Ipld::Map(map) = &record else { panic!() };
+        let ctx = AadContext {
+            place,
+            record_type: CHAT,
+            clear_hash: clear_fields_hash(map, "sealed").unwrap(),
+        };
+        let Ipld::Map(m) = &sealed else { panic!() };
+        let env = Envelope::from_ipld(&m["sealed"]).unwrap();
+        let frame = open_frame(&env, &key, &ctx).unwrap();
+        check(
+            "chat-unpadded.json",
+            json!({
+                "description": "A chat.gel.assistant.chat whose sealed fields (title, systemPrompt) are sealed without padding.",
+                "did": DID, "collection": CHAT, "rkey": place.rkey,
+                "keyId": key.key_id(), "chatKey": hex(&chat_key_bytes),
+                "nonce": hex(&nonce), "padding": "none",
+                "record": ipld_to_json(&record).unwrap(),
+                "content": ipld_to_json(&fields).unwrap(),
+                "clearFieldsCbor": hex(&encode_dag_cbor(&record).unwrap()), "clearHash": hex(&ctx.clear_hash),
+                "recordKey": hex(record_key(&chat_key_bytes, SEAL_ALG_V1, key.key_id()).as_ref()),
+                "contentCbor": hex(&encode_dag_cbor(&fields).unwrap()),
+                "frame": hex(&frame),
+                "aad": hex(&record_aad(SEAL_ALG_V1, key.key_id(), &nonce, &ctx, &[])),
+                "ciphertext": hex(&env.ciphertext),
+                "sealedRecord": ipld_to_json(&sealed).unwrap(),
+            }),
+        );
+    }
+
+    // 3. A two-chunk blob (the STREAM framing across a chunk edge).
+    {
+        let key: [u8; 32] =
+            unhex("c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7d8d9dadbdcdddedf")
+                .try_into()
+                .unwrap();
+        let plain: Vec<u8> = (0..70_000u32).map(|i| (i % 251) as u8).collect();
+        let blob = seal_blob_with_key(&plain, BlobKey::from_bytes(key)).unwrap();
+        let c = SEALED_CHUNK_SIZE;
+        use sha2::Digest;
+        check(
+            "blob-two-chunks.json",
+            json!({
+                "description": "A 70,000-byte blob (byte i = i mod 251) sealed as two STREAM chunks.",
+                "blobKey": hex(&key), "plaintextLength": 70_000, "plaintextByte": "i mod 251",
+                "size": blob.seal.size, "cid": blob.seal.cid.to_string(),
+                "sha256": hex(&sha2::Sha256::digest(&blob.bytes)),
+                "chunk0Nonce": "000000000000000000000000", "chunk0Tag": hex(&blob.bytes[c - 16..c]),
+                "chunk1Nonce": "000000000000000000000101", "chunk1": hex(&blob.bytes[c..]),
+            }),
+        );
+        assert_eq!(open_blob(&blob.bytes, &blob.seal).unwrap(), plain);
+    }
+
+    // 4. A key wrap: a chat key wrapped to account key epoch 0 (PSK from the
+    //    account key), with the ephemeral key from ikmE.
+    {
+        let account_ikm = unhex("0101010101010101010101010101010101010101010101010101010101010101");
+        let (account_sk, account_pk) = derive_x25519_keypair(&account_ikm);
+        let account_id = "account:0:0011223344556677";
+        let ikm_e = unhex("e0e1e2e3e4e5e6e7e8e9eaebecedeeeff0f1f2f3f4f5f6f7f8f9fafbfcfdfeff");
+        let key_id = "chat:3lbqzdq7qzk22:0:00112233aabbccdd";
+        let recipient = Recipient::Account {
+            key_id: account_id.into(),
+            epoch: 0,
+        };
+        let psk = Psk::account(&account_sk, account_id);
+        let wrap = seal_wrap(
+            DID,
+            key_id,
+            0,
+            recipient.clone(),
+            &account_pk,
+            &psk,
+            &chat_key_bytes,
+            "2025-11-29T19:40:00.000Z".into(),
+            &mut FixedRng::new(&ikm_e),
+        )
+        .unwrap();
+        assert_eq!(
+            *open_wrap(DID, &wrap, &account_sk, &psk).unwrap(),
+            chat_key_bytes
+        );
+        check(
+            "keywrap-chat-key.json",
+            json!({
+                "description": "A chat key wrapped with HPKE PSK mode to account key epoch 0. The account key pair is DeriveKeyPair(accountIkm); the ephemeral key is DeriveKeyPair(ikmE).",
+                "did": DID, "keyId": key_id, "epoch": 0, "wrappedKey": hex(&chat_key_bytes),
+                "accountIkm": hex(&account_ikm), "accountSecretClamped": hex(&account_sk), "accountPublic": hex(&account_pk),
+                "accountKeyId": account_id, "ikmE": hex(&ikm_e),
+                "psk": hex(psk.bytes()), "pskId": String::from_utf8(psk.id().to_vec()).unwrap(),
+                "info": hex(&wrap_info(DID, WRAP_ALG, key_id, 0, &recipient)),
+                "enc": hex(&wrap.enc), "ciphertext": hex(&wrap.ciphertext),
+                "record": ipld_to_json(&wrap.to_ipld()).unwrap(),
+            }),
+        );
+    }
+}
+
+use gelstore::seal::{Recipient, WRAP_ALG_V1 as WRAP_ALG};

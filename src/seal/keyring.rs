@@ -302,7 +302,7 @@ impl Keyring {
             if !for_me || epoch != wrap.epoch {
                 continue;
             }
-            match open_wrap(did, wrap, &device.0, &psk) {
+            match open_wrap(did, wrap, device.0.secret_bytes(), &psk) {
                 Ok(secret) => {
                     found = Some(AccountKey {
                         key_id: wrap.key_id.clone(),
@@ -396,7 +396,7 @@ impl Keyring {
                 let mut error = None;
                 for prev in prevs {
                     let psk = Psk::account(prev.pair.secret_bytes(), &prev.key_id);
-                    match open_wrap(&self.did, wrap, &self.device.0, &psk) {
+                    match open_wrap(&self.did, wrap, self.device.0.secret_bytes(), &psk) {
                         Ok(secret) => {
                             self.add_account(wrap, &secret);
                             report.accounts += 1;
@@ -437,7 +437,7 @@ impl Keyring {
                     return Step::Ignored;
                 }
                 let psk = Psk::account(holder.pair.secret_bytes(), &holder.key_id);
-                let secret = match open_wrap(&self.did, wrap, &holder.pair, &psk) {
+                let secret = match open_wrap(&self.did, wrap, holder.pair.secret_bytes(), &psk) {
                     Ok(s) => s,
                     Err(e) => return Step::Rejected(e),
                 };

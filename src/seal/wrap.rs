@@ -43,7 +43,7 @@ use zeroize::Zeroizing;
 
 use super::aad::put_field;
 use super::error::{Result, SealError};
-use super::keys::{KEY_LEN, X25519Pair};
+use super::keys::KEY_LEN;
 
 /// The wrap scheme of version 1.
 pub const WRAP_ALG_V1: &str = "hpke-x25519-hkdf-sha256-chacha20poly1305-v1";
@@ -106,14 +106,32 @@ pub struct KeyWrap {
 }
 
 /// A PSK and its id, for HPKE PSK mode.
-pub(crate) struct Psk {
+pub struct Psk {
     psk: Zeroizing<[u8; 32]>,
     id: Vec<u8>,
 }
 
+impl std::fmt::Debug for Psk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Psk")
+            .field("id", &String::from_utf8_lossy(&self.id))
+            .finish_non_exhaustive()
+    }
+}
+
 impl Psk {
+    /// The PSK bytes (for test vectors).
+    pub fn bytes(&self) -> &[u8; 32] {
+        &self.psk
+    }
+
+    /// The psk_id.
+    pub fn id(&self) -> &[u8] {
+        &self.id
+    }
+
     /// The PSK that proves possession of an account key.
-    pub(crate) fn account(secret: &[u8; KEY_LEN], key_id: &str) -> Psk {
+    pub fn account(secret: &[u8; KEY_LEN], key_id: &str) -> Psk {
         let mut psk = Zeroizing::new([0u8; 32]);
         Hkdf::<Sha256>::new(None, secret)
             .expand(ACCOUNT_PSK_LABEL.as_bytes(), psk.as_mut())
@@ -125,7 +143,7 @@ impl Psk {
     }
 
     /// The PSK of a pairing, from the secret in the pairing code.
-    pub(crate) fn pairing(secret: &[u8], device_public: &[u8; KEY_LEN]) -> Psk {
+    pub fn pairing(secret: &[u8], device_public: &[u8; KEY_LEN]) -> Psk {
         let mut psk = Zeroizing::new([0u8; 32]);
         Hkdf::<Sha256>::new(Some(device_public), secret)
             .expand(PAIRING_PSK_LABEL.as_bytes(), psk.as_mut())
@@ -162,7 +180,7 @@ pub fn wrap_info(did: &str, alg: &str, key_id: &str, epoch: u64, recipient: &Rec
 /// Wraps `secret` to `recipient_public` (HPKE PSK mode; the ephemeral key
 /// comes from `rng`).
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn seal_wrap(
+pub fn seal_wrap(
     did: &str,
     key_id: &str,
     epoch: u64,
@@ -202,15 +220,15 @@ pub(crate) fn seal_wrap(
 /// Opens a wrap with the recipient's key pair and the PSK. Structure is
 /// checked first (alg, sizes); a wrong key, PSK, DID or any edited field
 /// fails authentication.
-pub(crate) fn open_wrap(
+pub fn open_wrap(
     did: &str,
     wrap: &KeyWrap,
-    recipient: &X25519Pair,
+    recipient_secret: &[u8; KEY_LEN],
     psk: &Psk,
 ) -> Result<Zeroizing<[u8; KEY_LEN]>> {
     wrap.check()?;
     let info = wrap_info(did, &wrap.alg, &wrap.key_id, wrap.epoch, &wrap.recipient);
-    let sk = PrivateKey::from_bytes(recipient.secret_bytes()).map_err(|_| SealError::Keyring {
+    let sk = PrivateKey::from_bytes(recipient_secret).map_err(|_| SealError::Keyring {
         reason: "invalid X25519 secret".into(),
     })?;
     let enc = EncappedKey::from_bytes(&wrap.enc).map_err(|_| SealError::AuthenticationFailed {
