@@ -75,7 +75,8 @@ fn main() {
             black_box(buf);
         });
         let mut sealed_text = text.clone();
-        raw.encrypt_in_place(&nonce, b"aad", &mut sealed_text).unwrap();
+        raw.encrypt_in_place(&nonce, b"aad", &mut sealed_text)
+            .unwrap();
         let raw_open = measure(|| {
             let mut buf = sealed_text.clone();
             raw.decrypt_in_place(&nonce, b"aad", &mut buf).unwrap();
@@ -98,7 +99,9 @@ fn main() {
         line("  open_record", size, open, raw_open);
     }
 
-    println!("blob seal/open (STREAM, 64 KiB chunks), next to raw XChaCha20-Poly1305 in one piece:");
+    println!(
+        "blob seal/open (STREAM, 64 KiB chunks), next to raw XChaCha20-Poly1305 in one piece:"
+    );
     for size in [1_000usize, 64_000, 1_000_000] {
         let data = vec![0x5au8; size];
         let raw_seal = measure(|| {
@@ -164,6 +167,12 @@ fn main() {
     let unwrap_time = measure(|| {
         black_box(open_wrap(did, &wrap, &secret, &psk).unwrap());
     });
-    println!("  wrap                         {:>10.1} µs", wrap_time * 1e6);
-    println!("  unwrap                       {:>10.1} µs", unwrap_time * 1e6);
+    println!(
+        "  wrap                         {:>10.1} µs",
+        wrap_time * 1e6
+    );
+    println!(
+        "  unwrap                       {:>10.1} µs",
+        unwrap_time * 1e6
+    );
 }

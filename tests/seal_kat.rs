@@ -228,11 +228,11 @@ fn run_hpke_vector(v: &HpkeVector) {
         let ct = sender.seal(&pt, aad.as_bytes()).unwrap();
         let back = receiver.open(&ct, aad.as_bytes()).unwrap();
         assert_eq!(back, pt);
-        if let Some((n, want)) = expected.peek() {
-            if *n == seq {
-                assert_eq!(hex(&ct), want.replace(char::is_whitespace, ""), "seq {seq}");
-                expected.next();
-            }
+        if let Some((n, want)) = expected.peek()
+            && *n == seq
+        {
+            assert_eq!(hex(&ct), want.replace(char::is_whitespace, ""), "seq {seq}");
+            expected.next();
         }
     }
     assert!(expected.next().is_none());

@@ -321,38 +321,39 @@ fn each_aad_input_is_bound_on_its_own() {
     .unwrap();
     assert!(open_frame(&env, &k, &ctx).is_ok());
 
-    let mut contexts = Vec::new();
-    contexts.push(AadContext {
-        place: Place {
-            did: "did:web:example.com",
-            ..place()
-        },
-        ..ctx.clone()
-    });
-    contexts.push(AadContext {
-        place: Place {
-            collection: CHAT,
-            ..place()
-        },
-        ..ctx.clone()
-    });
-    contexts.push(AadContext {
-        place: Place {
-            rkey: "other",
-            ..place()
-        },
-        ..ctx.clone()
-    });
-    contexts.push(AadContext {
-        record_type: CHAT,
-        ..ctx.clone()
-    });
     let mut hash = ctx.clear_hash;
     hash[31] ^= 1;
-    contexts.push(AadContext {
-        clear_hash: hash,
-        ..ctx.clone()
-    });
+    let contexts = vec![
+        AadContext {
+            place: Place {
+                did: "did:web:example.com",
+                ..place()
+            },
+            ..ctx.clone()
+        },
+        AadContext {
+            place: Place {
+                collection: CHAT,
+                ..place()
+            },
+            ..ctx.clone()
+        },
+        AadContext {
+            place: Place {
+                rkey: "other",
+                ..place()
+            },
+            ..ctx.clone()
+        },
+        AadContext {
+            record_type: CHAT,
+            ..ctx.clone()
+        },
+        AadContext {
+            clear_hash: hash,
+            ..ctx.clone()
+        },
+    ];
     for c in &contexts {
         assert!(is_auth(&open_frame(&env, &k, c).unwrap_err()), "{c:?}");
     }

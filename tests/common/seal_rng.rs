@@ -104,7 +104,7 @@ pub fn unhex(s: &str) -> Vec<u8> {
         .bytes()
         .filter(|c| !c.is_ascii_whitespace() && *c != b':')
         .collect();
-    assert!(clean.len() % 2 == 0, "odd hex length");
+    assert!(clean.len().is_multiple_of(2), "odd hex length");
     clean
         .chunks(2)
         .map(|p| u8::from_str_radix(std::str::from_utf8(p).unwrap(), 16).expect("hex"))
