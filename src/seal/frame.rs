@@ -181,7 +181,8 @@ mod tests {
 
     #[test]
     fn padding_is_capped() {
-        assert_eq!(padded_len(999_000, Padding::Padme, 999_984), 999_984);
+        assert_eq!(padded_len(999_000, Padding::Padme, 999_984), 999_424);
+        assert_eq!(padded_len(999_500, Padding::Padme, 999_984), 999_984);
         assert_eq!(padded_len(10, Padding::Padme, 100), 100);
         assert_eq!(padded_len(10, Padding::None, 100), 10);
     }
