@@ -4,3 +4,4 @@ pub mod cli;
 pub mod lexicon;
 pub mod model;
 pub mod repo;
+pub mod seal;

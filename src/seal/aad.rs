@@ -1,0 +1,134 @@
+//! The associated data (AAD) of a sealed record, and the hash of its clear
+//! fields.
+//!
+//! Every variable-length input is written as a *field*: its length as a
+//! 4-byte big-endian unsigned integer, then its bytes (`lp(x)` below).
+//!
+//! ```text
+//! AAD = lp("gelstore/seal/aad/v1")
+//!     ‖ lp(alg) ‖ lp(keyId) ‖ lp(nonce)
+//!     ‖ lp(repo DID) ‖ lp(collection) ‖ lp(rkey) ‖ lp($type)
+//!     ‖ lp(clearHash)                      (32 bytes, below)
+//!     ‖ u32be(number of blobs)
+//!     ‖ for each blob, in the order of encryptedContent.blobs:
+//!           lp(CID as binary CIDv1) ‖ u64be(size in bytes)
+//! clearHash = SHA-256( DAG-CBOR( the record without its sealed field ) )
+//! ```
+//!
+//! Strings are UTF-8. The DID is the account's (the repository's), never a
+//! device's. `$type` is the record's own `$type`.
+
+use std::collections::BTreeMap;
+
+use ipld_core::ipld::Ipld;
+use sha2::{Digest, Sha256};
+
+use super::error::{Result, SealError};
+use crate::model::{Cid, encode_dag_cbor};
+
+/// Domain label that starts every AAD.
+pub const AAD_LABEL: &str = "gelstore/seal/aad/v1";
+
+/// Where a record lives: the account's repo DID, the collection and the
+/// record key. All three are bound into the AAD, so a sealed record moved to
+/// another place no longer opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place<'a> {
+    /// The account's DID (the repository's), such as `did:plc:…`.
+    pub did: &'a str,
+    /// The collection NSID, such as `chat.gel.assistant.message`.
+    pub collection: &'a str,
+    /// The record key.
+    pub rkey: &'a str,
+}
+
+/// A blob as the AAD binds it: its CID and size (of the encrypted bytes, as
+/// stored).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobBinding {
+    /// CID (v1, raw, sha2-256) of the stored encrypted blob.
+    pub cid: Cid,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// Appends `u32be(len) ‖ bytes`.
+pub(crate) fn put_field(out: &mut Vec<u8>, bytes: &[u8]) {
+    // Every input is capped far below 4 GiB (records are ≤ 2 MiB).
+    let len = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(bytes);
+}
+
+/// The inputs of the AAD other than the envelope's own fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AadContext<'a> {
+    /// Where the record lives.
+    pub place: Place<'a>,
+    /// The record's `$type`.
+    pub record_type: &'a str,
+    /// SHA-256 of the DAG-CBOR of the record without its sealed field.
+    pub clear_hash: [u8; 32],
+}
+
+/// Builds the AAD (see the module docs for the layout).
+pub fn record_aad(
+    alg: &str,
+    key_id: &str,
+    nonce: &[u8],
+    ctx: &AadContext<'_>,
+    blobs: &[BlobBinding],
+) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256 + blobs.len() * 48);
+    put_field(&mut out, AAD_LABEL.as_bytes());
+    put_field(&mut out, alg.as_bytes());
+    put_field(&mut out, key_id.as_bytes());
+    put_field(&mut out, nonce);
+    put_field(&mut out, ctx.place.did.as_bytes());
+    put_field(&mut out, ctx.place.collection.as_bytes());
+    put_field(&mut out, ctx.place.rkey.as_bytes());
+    put_field(&mut out, ctx.record_type.as_bytes());
+    put_field(&mut out, &ctx.clear_hash);
+    let count = u32::try_from(blobs.len()).unwrap_or(u32::MAX);
+    out.extend_from_slice(&count.to_be_bytes());
+    for blob in blobs {
+        put_field(&mut out, &blob.cid.to_bytes());
+        out.extend_from_slice(&blob.size.to_be_bytes());
+    }
+    out
+}
+
+/// The name of the sealed field of a record type: `content` for
+/// `chat.gel.assistant.message`, `sealed` for `chat.gel.assistant.chat`.
+pub fn sealed_field(record_type: &str) -> Option<&'static str> {
+    match record_type {
+        "chat.gel.assistant.message" => Some("content"),
+        "chat.gel.assistant.chat" => Some("sealed"),
+        _ => None,
+    }
+}
+
+/// The record's map and `$type`, checked.
+pub(crate) fn record_parts(record: &Ipld) -> Result<(&BTreeMap<String, Ipld>, &str)> {
+    let Ipld::Map(map) = record else {
+        return Err(SealError::malformed("record", "not a map"));
+    };
+    match map.get("$type") {
+        Some(Ipld::String(t)) if !t.is_empty() => Ok((map, t.as_str())),
+        Some(_) => Err(SealError::malformed("record", "$type is not a string")),
+        None => Err(SealError::malformed("record", "no $type")),
+    }
+}
+
+/// SHA-256 of the canonical DAG-CBOR of `record` with `sealed_field`
+/// removed (the clear fields, `$type` included).
+pub fn clear_fields_hash(record: &BTreeMap<String, Ipld>, sealed_field: &str) -> Result<[u8; 32]> {
+    let clear: BTreeMap<String, Ipld> = record
+        .iter()
+        .filter(|(k, _)| k.as_str() != sealed_field)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let bytes = encode_dag_cbor(&Ipld::Map(clear))
+        .map_err(|e| SealError::malformed("record", format!("clear fields: {e}")))?;
+    Ok(Sha256::digest(&bytes).into())
+}

@@ -1,0 +1,44 @@
+//! Sealing: end-to-end encryption of the user's content in records.
+//!
+//! Everything a user or model wrote is sealed; metadata stays clear. The
+//! pieces, each in its own module:
+//!
+//! - [`record`]: seal/open a record's sealed field (`content` of a message,
+//!   `sealed` of a chat) with XChaCha20-Poly1305 under a key derived by
+//!   HKDF-SHA256 from the chat key; alg `xchacha20poly1305-hkdf-sha256-v1`.
+//! - [`aad`]: the associated data that binds a seal to its place and
+//!   metadata (alg, keyId, nonce, repo DID, collection, rkey, `$type`, a hash
+//!   of the clear fields, the blob list).
+//! - [`frame`]: the plaintext frame (DAG-CBOR content, blob keys, padding).
+//! - [`envelope`]: `encryptedContent` parsed with structural checks first.
+//! - [`blob`]: sealed blobs, age-style STREAM in 64 KiB chunks.
+//! - [`keys`]: chat, blob, device (X25519, file 0600) and account keys.
+//! - [`wrap`]: HPKE (RFC 9180) key wraps as `keyWrap` records.
+//! - [`keyring`]: a device's keys; pairing, approval, removal and rotation.
+//!
+//! Every function that needs randomness takes the RNG as an argument
+//! (`rand_core::CryptoRng`), so tests can replay fixed vectors; production
+//! callers pass [`os_rng`]. `fixtures/seal/README.md` walks through the
+//! construction with byte-exact golden vectors.
+
+pub mod aad;
+pub mod blob;
+pub mod envelope;
+mod error;
+pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
+pub mod keyring;
+pub mod keys;
+pub mod record;
+pub mod wrap;
+
+pub use self::aad::{AadContext, BlobBinding, Place, clear_fields_hash, record_aad, sealed_field};
+pub use self::blob::{BlobReader, BlobSeal, SealedBlob, open_blob, seal_blob};
+pub use self::envelope::{Envelope, SEAL_ALG_V1};
+pub use self::error::{Result, SealError};
+pub use self::frame::Padding;
+pub use self::keyring::{AbsorbReport, Keyring, PairingCode, PairingRequest, pair_request};
+pub use self::keys::{AccountKey, BlobKey, ChatKey, DeviceKey, KeyLookup, os_rng};
+pub use self::record::{Opened, SealOptions, open_record, seal_record};
+pub use self::wrap::{KeyWrap, Recipient, WRAP_ALG_V1};

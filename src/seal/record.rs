@@ -1,0 +1,249 @@
+//! Sealing and opening a record's sealed field.
+//!
+//! ```text
+//! K     = HKDF-SHA256(salt = "", IKM = chat key,
+//!                     info = lp("gelstore/seal/record-key/v1") ‖ lp(alg) ‖ lp(keyId))   32 bytes
+//! nonce = 24 fresh random bytes (every seal, edits too)
+//! ct    = XChaCha20-Poly1305(K, nonce, frame, AAD)                 (tag at the end)
+//! ```
+//!
+//! The frame is in [`super::frame`], the AAD in [`super::aad`].
+
+use std::collections::BTreeMap;
+
+use chacha20poly1305::aead::{AeadInOut, KeyInit};
+use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+use hkdf::Hkdf;
+use ipld_core::ipld::Ipld;
+use rand_core::CryptoRng;
+use sha2::Sha256;
+use zeroize::Zeroizing;
+
+use super::aad::{
+    AadContext, BlobBinding, Place, clear_fields_hash, put_field, record_aad, record_parts,
+    sealed_field,
+};
+use super::blob::BlobSeal;
+use super::envelope::{Envelope, MAX_CIPHERTEXT, NONCE_LEN, SEAL_ALG_V1, TAG_LEN, check_alg};
+use super::error::{Result, SealError};
+use super::frame::{self, Padding};
+use super::keys::{BlobKey, ChatKey, KEY_LEN, KeyLookup};
+use crate::model::{decode_dag_cbor, encode_dag_cbor};
+
+/// HKDF info label of the record key.
+pub const RECORD_KEY_LABEL: &str = "gelstore/seal/record-key/v1";
+
+/// The largest plaintext frame whose ciphertext fits the lexicon limit.
+pub const MAX_FRAME: usize = MAX_CIPHERTEXT - TAG_LEN;
+
+/// Options of a seal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SealOptions {
+    /// Length padding of the plaintext frame.
+    pub padding: Padding,
+}
+
+/// What opening a sealed record gives back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Opened {
+    /// The sealed content (a plainContent, or the record's sealed fields).
+    pub content: Ipld,
+    /// Each blob of the envelope with the key to open it, in order.
+    pub blobs: Vec<BlobSeal>,
+}
+
+/// Derives the record key from a chat key.
+pub fn record_key(chat_key: &[u8; KEY_LEN], alg: &str, key_id: &str) -> Zeroizing<[u8; KEY_LEN]> {
+    let mut info = Vec::with_capacity(64 + key_id.len());
+    put_field(&mut info, RECORD_KEY_LABEL.as_bytes());
+    put_field(&mut info, alg.as_bytes());
+    put_field(&mut info, key_id.as_bytes());
+    let mut out = Zeroizing::new([0u8; KEY_LEN]);
+    Hkdf::<Sha256>::new(None, chat_key)
+        .expand(&info, out.as_mut())
+        .expect("32 bytes is a valid HKDF-SHA256 output length");
+    out
+}
+
+fn cipher(chat_key: &ChatKey, alg: &str) -> XChaCha20Poly1305 {
+    let key = record_key(chat_key.secret(), alg, chat_key.key_id());
+    XChaCha20Poly1305::new(&(*key).into())
+}
+
+/// Encrypts an already built frame: the low-level half of [`seal_record`]
+/// (the nonce comes from `rng`).
+pub fn seal_frame(
+    frame: &[u8],
+    key: &ChatKey,
+    ctx: &AadContext<'_>,
+    blobs: &[BlobBinding],
+    rng: &mut impl CryptoRng,
+) -> Result<Envelope> {
+    if frame.len() > MAX_FRAME {
+        return Err(SealError::Oversize {
+            what: "sealed ciphertext",
+            size: (frame.len() + TAG_LEN) as u64,
+            max: MAX_CIPHERTEXT as u64,
+            hint: " (encryptedContent.ciphertext); store large content as a sealed blob",
+        });
+    }
+    let mut nonce = [0u8; NONCE_LEN];
+    rng.fill_bytes(&mut nonce);
+    let aad = record_aad(SEAL_ALG_V1, key.key_id(), &nonce, ctx, blobs);
+    let mut buffer = frame.to_vec();
+    cipher(key, SEAL_ALG_V1)
+        .encrypt_in_place(&XNonce::from(nonce), &aad, &mut buffer)
+        .map_err(|_| SealError::Oversize {
+            what: "plaintext",
+            size: frame.len() as u64,
+            max: MAX_FRAME as u64,
+            hint: "",
+        })?;
+    Ok(Envelope {
+        alg: SEAL_ALG_V1.to_string(),
+        key_id: key.key_id().to_string(),
+        nonce,
+        ciphertext: buffer,
+        blobs: blobs.to_vec(),
+    })
+}
+
+/// Decrypts an envelope to its frame: the low-level half of [`open_record`].
+/// The envelope must come from [`Envelope::from_ipld`] (structure checked).
+pub fn open_frame(
+    envelope: &Envelope,
+    key: &ChatKey,
+    ctx: &AadContext<'_>,
+) -> Result<Zeroizing<Vec<u8>>> {
+    check_alg(&envelope.alg)?;
+    if envelope.key_id != key.key_id() {
+        return Err(SealError::UnknownKey {
+            key_id: envelope.key_id.clone(),
+        });
+    }
+    let aad = record_aad(
+        &envelope.alg,
+        &envelope.key_id,
+        &envelope.nonce,
+        ctx,
+        &envelope.blobs,
+    );
+    let mut buffer = Zeroizing::new(envelope.ciphertext.clone());
+    cipher(key, &envelope.alg)
+        .decrypt_in_place(&XNonce::from(envelope.nonce), &aad, &mut *buffer)
+        .map_err(|_| SealError::AuthenticationFailed {
+            what: "the sealed record",
+        })?;
+    Ok(buffer)
+}
+
+/// Seals `content` into `record`'s sealed field (`content` for messages,
+/// `sealed` for chats) and returns the record with the envelope in place.
+///
+/// `record` must be a map with `$type`; any sealed field already in it is
+/// replaced, and the other fields are the clear fields the AAD hashes.
+/// `blobs` are the blobs the content refers to, as [`super::seal_blob`]
+/// returned them; their keys go inside the ciphertext, their CIDs and sizes
+/// into the envelope and the AAD. A fresh nonce is drawn from `rng`.
+pub fn seal_record(
+    record: &Ipld,
+    place: &Place<'_>,
+    content: &Ipld,
+    blobs: &[BlobSeal],
+    key: &ChatKey,
+    options: &SealOptions,
+    rng: &mut impl CryptoRng,
+) -> Result<Ipld> {
+    let (map, record_type) = record_parts(record)?;
+    let field = sealed_field(record_type).ok_or_else(|| SealError::NotSealable {
+        record_type: record_type.to_string(),
+    })?;
+    if !matches!(content, Ipld::Map(_)) {
+        return Err(SealError::invalid_plaintext(
+            "the sealed content must be a map",
+        ));
+    }
+    if blobs.len() > super::envelope::MAX_BLOBS {
+        return Err(SealError::Oversize {
+            what: "blob list",
+            size: blobs.len() as u64,
+            max: super::envelope::MAX_BLOBS as u64,
+            hint: " entries",
+        });
+    }
+    let content_bytes = Zeroizing::new(encode_dag_cbor(content).map_err(|e| {
+        SealError::invalid_plaintext(format!("content is not valid data model: {e}"))
+    })?);
+    let unpadded = frame::unpadded_len(content_bytes.len(), blobs.len());
+    if unpadded > MAX_FRAME {
+        return Err(SealError::Oversize {
+            what: "sealed ciphertext",
+            size: (unpadded + TAG_LEN) as u64,
+            max: MAX_CIPHERTEXT as u64,
+            hint: " (encryptedContent.ciphertext); store large content as a sealed blob",
+        });
+    }
+    let ctx = AadContext {
+        place: *place,
+        record_type,
+        clear_hash: clear_fields_hash(map, field)?,
+    };
+    let keys: Vec<&BlobKey> = blobs.iter().map(|b| &b.key).collect();
+    let bindings: Vec<BlobBinding> = blobs.iter().map(BlobSeal::binding).collect();
+    let frame = frame::encode(&content_bytes, &keys, options.padding, MAX_FRAME);
+    let envelope = seal_frame(&frame, key, &ctx, &bindings, rng)?;
+    let mut out: BTreeMap<String, Ipld> = map.clone();
+    out.insert(field.to_string(), envelope.to_ipld());
+    Ok(Ipld::Map(out))
+}
+
+/// Opens `record`'s sealed field with a key from `keys`.
+///
+/// Structural checks first (record shape, envelope shape, alg, nonce,
+/// sizes), then the key lookup, then decryption; the frame and the content
+/// are checked after the tag verifies. Returns nothing of the plaintext on
+/// any failure.
+pub fn open_record<K: KeyLookup + ?Sized>(
+    record: &Ipld,
+    place: &Place<'_>,
+    keys: &K,
+) -> Result<Opened> {
+    let (map, record_type) = record_parts(record)?;
+    let field = sealed_field(record_type).ok_or_else(|| SealError::NotSealable {
+        record_type: record_type.to_string(),
+    })?;
+    let value = map
+        .get(field)
+        .ok_or_else(|| SealError::malformed("record", format!("no sealed field {field:?}")))?;
+    let envelope = Envelope::from_ipld(value)?;
+    let key = keys
+        .chat_key(&envelope.key_id)
+        .ok_or_else(|| SealError::UnknownKey {
+            key_id: envelope.key_id.clone(),
+        })?;
+    let ctx = AadContext {
+        place: *place,
+        record_type,
+        clear_hash: clear_fields_hash(map, field)?,
+    };
+    let frame = open_frame(&envelope, key, &ctx)?;
+    let (content_bytes, blob_keys) = frame::decode(&frame, envelope.blobs.len())?;
+    let content = decode_dag_cbor(content_bytes)
+        .map_err(|e| SealError::invalid_plaintext(format!("content is not DAG-CBOR: {e}")))?;
+    if !matches!(content, Ipld::Map(_)) {
+        return Err(SealError::invalid_plaintext(
+            "the sealed content is not a map",
+        ));
+    }
+    let blobs = envelope
+        .blobs
+        .iter()
+        .zip(blob_keys)
+        .map(|(b, key)| BlobSeal {
+            cid: b.cid,
+            size: b.size,
+            key,
+        })
+        .collect();
+    Ok(Opened { content, blobs })
+}
