@@ -35,6 +35,7 @@ use crate::model::{
     DAG_CBOR_CODEC, DataModelError, MAX_CBOR_SIZE, RAW_CODEC, SHA2_256, decode_dag_cbor,
     encode_dag_cbor,
 };
+use crate::repo::blocks::{BlockSource, StoreError};
 
 /// The CAR version read and written.
 pub const CAR_VERSION: i64 = 1;
@@ -259,6 +260,14 @@ impl Car {
     /// This CAR as bytes.
     pub fn to_vec(&self) -> Result<Vec<u8>, CarError> {
         self.write_to(Vec::new())
+    }
+}
+
+/// A CAR's blocks are a block source (for loading an MST from it, for
+/// example). The reader already checked every block against its CID.
+impl BlockSource for Car {
+    fn get(&self, cid: &Cid) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.blocks.get(cid).cloned())
     }
 }
 

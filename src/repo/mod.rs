@@ -1,9 +1,20 @@
 //! The atproto repository (v3): MST, signed commits, CAR files, proofs.
-//! UNFINISHED: being written.
+//!
+//! - [`blocks`]: the block source/sink traits every part reads and writes.
+//! - [`mst`]: the Merkle Search Tree.
+//! - [`commit`], [`keys`], [`tid`]: signed commits, keys, revisions.
+//! - [`car`]: CAR v1 reading and writing.
+//! - [`export`]: a whole repository as a CAR, in streamable order.
+//! - [`verify`]: checking a whole repository (CAR or block source) from
+//!   untrusted input.
+//! - [`proof`]: record proofs (one record's value or absence, signed).
 
 pub mod blocks;
 pub mod car;
 pub mod commit;
+pub mod export;
 pub mod keys;
 pub mod mst;
+pub mod proof;
 pub mod tid;
+pub mod verify;

@@ -47,7 +47,7 @@ use cid::Cid;
 pub use self::diff::{MstDiff, RecordOp};
 pub use self::error::MstError;
 pub use self::key::{MAX_KEY_LEN, check_key, common_prefix_len, key_height};
-pub use self::walk::Entries;
+pub use self::walk::{Entries, Visit, Walk};
 
 use self::node::{Link, Node};
 use self::walk::Cursor;
@@ -217,6 +217,14 @@ impl<S: BlockSource> Mst<S> {
         )
     }
 
+    /// A preorder walk of the whole tree: each node block before its
+    /// subtrees, leaves interleaved in key order (so every leaf comes after
+    /// its node). This is the order of a streamable CAR export, and it loads
+    /// and checks every node of a stored tree exactly once.
+    pub fn walk(&self) -> Walk<'_> {
+        Walk::new(self.cursor(), self.root.clone())
+    }
+
     fn cursor(&self) -> Cursor<'_> {
         Cursor::new(&self.store, self.root.clone())
     }
@@ -233,6 +241,14 @@ impl<S: BlockSource> Mst<S> {
     /// delete it.
     pub fn covering_proof(&self, key: &str, out: &mut impl BlockSink) -> Result<(), MstError> {
         proof::covering_proof(&self.store, &self.root, key, out)
+    }
+
+    /// Puts into `out` the node blocks on the search path of `key` only:
+    /// the smallest set that shows its value or its absence (what a record
+    /// proof carries). [`covering_proof`](Self::covering_proof) adds the
+    /// neighbours needed to change the key.
+    pub fn search_path_proof(&self, key: &str, out: &mut impl BlockSink) -> Result<(), MstError> {
+        proof::search_path(&self.store, &self.root, key, out)
     }
 
     /// Hands every node created in memory since it was loaded (or since the

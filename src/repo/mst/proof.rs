@@ -89,3 +89,29 @@ fn spine(
     }
     Ok(())
 }
+
+/// Puts into `out` the nodes on the search path of `key` only: from the
+/// root down to the node holding it, or to the lowest node whose range
+/// holds it. Enough to look `key` up (its value or its absence), which is
+/// what a record proof (`com.atproto.sync.getRecord`) carries.
+pub(crate) fn search_path(
+    src: &dyn BlockSource,
+    root: &Arc<Node>,
+    key: &str,
+    out: &mut dyn BlockSink,
+) -> Result<(), MstError> {
+    let mut node = root.clone();
+    let mut bounds = Bounds::default();
+    loop {
+        out.put(node.cid(), node.bytes().to_vec())?;
+        let i = node.find(key);
+        if node.leaf_at(i, key).is_some() {
+            return Ok(());
+        }
+        let Some(link) = node.subtrees[i].clone() else {
+            return Ok(());
+        };
+        bounds = bounds.child(&node, i);
+        node = link.load(src, below(node.height), &bounds)?;
+    }
+}

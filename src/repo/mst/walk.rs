@@ -173,3 +173,84 @@ impl Iterator for Entries<'_> {
         item
     }
 }
+
+/// One step of a preorder walk of a tree ([`Mst::walk`](super::Mst::walk)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Visit {
+    /// A node block, met before anything under it.
+    Node {
+        /// The node's CID.
+        cid: Cid,
+        /// The node's block (canonical DAG-CBOR).
+        bytes: Vec<u8>,
+    },
+    /// A key and its value, met after its node and after the subtree of
+    /// keys just below it.
+    Leaf {
+        /// The key (`collection/rkey`).
+        key: String,
+        /// The record CID.
+        value: Cid,
+    },
+}
+
+/// A preorder walk of a whole tree: every node block once, each before its
+/// subtrees, with the leaves interleaved in key order. Nodes are loaded (and
+/// checked) as the walk reaches them; an error ends the walk.
+pub struct Walk<'a> {
+    cursor: Cursor<'a>,
+    root: Option<Arc<Node>>,
+    done: bool,
+}
+
+impl<'a> Walk<'a> {
+    pub(crate) fn new(cursor: Cursor<'a>, root: Arc<Node>) -> Self {
+        Self {
+            cursor,
+            root: Some(root),
+            done: false,
+        }
+    }
+
+    fn step(&mut self) -> Result<Option<Visit>, MstError> {
+        if let Some(root) = self.root.take() {
+            return Ok(Some(node_visit(&root)));
+        }
+        match self.cursor.current() {
+            None => Ok(None),
+            Some(Item::Leaf(key, value)) => {
+                self.cursor.skip();
+                Ok(Some(Visit::Leaf {
+                    key: key.to_string(),
+                    value,
+                }))
+            }
+            Some(Item::Tree(..)) => {
+                let node = self.cursor.descend()?;
+                Ok(Some(node_visit(&node)))
+            }
+        }
+    }
+}
+
+fn node_visit(node: &Node) -> Visit {
+    Visit::Node {
+        cid: node.cid(),
+        bytes: node.bytes().to_vec(),
+    }
+}
+
+impl Iterator for Walk<'_> {
+    type Item = Result<Visit, MstError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        let item = self.step().transpose();
+        if !matches!(item, Some(Ok(_))) {
+            self.done = true;
+        }
+        item
+    }
+}
