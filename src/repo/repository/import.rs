@@ -1,0 +1,167 @@
+//! Importing a repository CAR into an empty store.
+//!
+//! The CAR may list its blocks in any order, repeat them, and carry blocks
+//! the commit does not reach. It is verified in full first
+//! ([`verify_repo`]: one root, the commit, its signature, every MST node,
+//! every repo path, every record block); only the reachable blocks are
+//! stored, all in one batch, with their reference counts and the commit's
+//! rev as their creation rev.
+
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+use cid::Cid;
+
+use super::refs::Accounting;
+use super::{
+    FORMAT, META_DID, META_FORMAT, META_HEAD, META_RECORDS, RepoError, Repository, is_initialized,
+    store_path, with_path,
+};
+use crate::repo::car::{Car, CarLimits};
+use crate::repo::commit::Commit;
+use crate::repo::identity;
+use crate::repo::keys::{PublicKey, SigningKey};
+use crate::repo::mst::{Mst, Visit};
+use crate::repo::verify::{
+    SignatureCheck, VerifyError, VerifyOptions, shorten, single_root, verify_repo,
+};
+use crate::store::{Batch, Engine, SledEngine, Table};
+
+/// How to check a CAR before importing it.
+#[derive(Debug, Clone, Default)]
+pub struct ImportOptions<'a> {
+    /// The DID the commit must name, if known.
+    pub did: Option<&'a str>,
+    /// The key the commit must be signed with. Without it, the commit's DID
+    /// must be a did:key, whose key is used.
+    pub key: Option<&'a PublicKey>,
+    /// Limits for reading the CAR (default: [`CarLimits::default`]).
+    pub limits: Option<CarLimits>,
+}
+
+/// What an import stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImportStats {
+    /// Records in the repository.
+    pub records: u64,
+    /// Blocks stored (commit, MST nodes, distinct records).
+    pub blocks: usize,
+    /// Blocks of the CAR that the commit does not reach (not stored).
+    pub unreachable_blocks: usize,
+}
+
+impl Repository {
+    /// Imports a repository CAR into data folder `dir`, which must not hold
+    /// a repository yet. If the folder has a key file, it must be the key of
+    /// the imported repository's DID (the repository is then writable);
+    /// without one the repository is read-only.
+    pub fn import(
+        dir: impl AsRef<Path>,
+        reader: impl Read,
+        options: &ImportOptions<'_>,
+    ) -> Result<(Repository, ImportStats), RepoError> {
+        let dir = dir.as_ref();
+        identity::create_private_dir(dir)?;
+        let engine: Arc<dyn Engine> = Arc::new(SledEngine::open(store_path(dir))?);
+        let key = identity::load_key(dir)?;
+        Repository::import_engine(engine, key, reader, options).map_err(|e| with_path(e, dir))
+    }
+
+    /// Imports a repository CAR into an engine that holds no repository.
+    /// See [`import`](Self::import).
+    pub fn import_engine(
+        engine: Arc<dyn Engine>,
+        key: Option<SigningKey>,
+        reader: impl Read,
+        options: &ImportOptions<'_>,
+    ) -> Result<(Repository, ImportStats), RepoError> {
+        if is_initialized(&*engine)? {
+            let existing = Repository::open_engine(engine, None)?;
+            return Err(RepoError::NotEmpty {
+                did: existing.did().to_owned(),
+            });
+        }
+        let limits = options.limits.unwrap_or_default();
+        let mut car = Car::from_reader(reader, limits).map_err(VerifyError::from)?;
+        let root = single_root(&car.roots)?;
+
+        // The key: given, or the commit's did:key.
+        let commit_did = car
+            .get(&root)
+            .and_then(|bytes| Commit::from_cbor(bytes).ok())
+            .map(|c| c.did().to_owned());
+        if let (Some(expected), Some(found)) = (options.did, &commit_did)
+            && expected != found
+        {
+            return Err(VerifyError::DidMismatch {
+                expected: shorten(expected),
+                found: shorten(found),
+            }
+            .into());
+        }
+        let signature = match (options.key, &commit_did) {
+            (Some(key), _) => SignatureCheck::Key(key),
+            (None, Some(did)) if did.starts_with("did:key:") => SignatureCheck::DidKey(did),
+            (None, Some(did)) => return Err(RepoError::NoVerificationKey { did: shorten(did) }),
+            // No readable commit: verification reports what is wrong.
+            (None, None) => SignatureCheck::Skip,
+        };
+        let mut verify_options = VerifyOptions::new(signature).with_limits(limits);
+        if let Some(did) = options.did {
+            verify_options = verify_options.expect_did(did);
+        }
+        let verified = verify_repo(&car, root, &verify_options)?;
+        let commit = verified.commit;
+        let did = commit.did().to_owned();
+        if let Some(key) = &key {
+            let key_did = key.public_key().to_did_key();
+            if key_did != did {
+                return Err(RepoError::IdentityMismatch { did, key_did });
+            }
+        }
+
+        // Count every reachable block.
+        let mut acc = Accounting::new();
+        let mut reachable: Vec<Cid> = vec![root];
+        acc.add(root, 1);
+        {
+            let mst = Mst::load(&car, commit.data())?;
+            for visit in mst.walk() {
+                let cid = match visit? {
+                    Visit::Node { cid, .. } => cid,
+                    Visit::Leaf { value, .. } => value,
+                };
+                acc.add(cid, 1);
+                reachable.push(cid);
+            }
+        }
+        let total_blocks = car.blocks.len();
+        let mut stored = 0;
+        for cid in &reachable {
+            if let Some(bytes) = car.blocks.remove(cid) {
+                acc.provide(*cid, bytes);
+                stored += 1;
+            }
+        }
+        drop(car);
+
+        let mut batch = Batch::new();
+        acc.finish(&*engine, commit.rev(), &mut batch)?;
+        let records = verified.records.len() as u64;
+        batch.put(Table::Meta, META_FORMAT, FORMAT);
+        batch.put(Table::Meta, META_DID, did.as_bytes());
+        batch.put(Table::Meta, META_RECORDS, records.to_be_bytes());
+        batch.put(Table::Meta, META_HEAD, root.to_bytes());
+        engine.write(batch)?;
+        let repo = Repository::open_engine(engine, key)?;
+        Ok((
+            repo,
+            ImportStats {
+                records,
+                blocks: stored,
+                unreachable_blocks: total_blocks - stored,
+            },
+        ))
+    }
+}
