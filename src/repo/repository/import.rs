@@ -24,7 +24,8 @@ use crate::repo::identity;
 use crate::repo::keys::{PublicKey, SigningKey};
 use crate::repo::mst::{Mst, Visit};
 use crate::repo::verify::{
-    SignatureCheck, VerifyError, VerifyOptions, shorten, single_root, verify_repo,
+    RepoSummary, SignatureCheck, VerifiedRepo, VerifyError, VerifyOptions, shorten, single_root,
+    verify_repo,
 };
 use crate::store::{Batch, Engine, SledEngine, Table};
 
@@ -51,21 +52,87 @@ pub struct ImportStats {
     pub unreachable_blocks: usize,
 }
 
+/// A CAR that passed verification, ready to be stored.
+pub struct VerifiedImport {
+    car: Car,
+    repo: VerifiedRepo,
+}
+
+impl VerifiedImport {
+    /// What was verified.
+    pub fn summary(&self) -> &RepoSummary {
+        &self.repo.summary
+    }
+}
+
+/// Reads a repository CAR and verifies it in full (see the module docs).
+/// The signature is checked against `options.key`, or else against the
+/// commit's DID when that is a did:key; any other DID needs a key
+/// ([`RepoError::NoVerificationKey`]).
+pub fn verify_car(
+    reader: impl Read,
+    options: &ImportOptions<'_>,
+) -> Result<VerifiedImport, RepoError> {
+    let limits = options.limits.unwrap_or_default();
+    let car = Car::from_reader(reader, limits).map_err(VerifyError::from)?;
+    let root = single_root(&car.roots)?;
+    let commit_did = car
+        .get(&root)
+        .and_then(|bytes| Commit::from_cbor(bytes).ok())
+        .map(|c| c.did().to_owned());
+    if let (Some(expected), Some(found)) = (options.did, &commit_did)
+        && expected != found
+    {
+        return Err(VerifyError::DidMismatch {
+            expected: shorten(expected),
+            found: shorten(found),
+        }
+        .into());
+    }
+    let signature = match (options.key, &commit_did) {
+        (Some(key), _) => SignatureCheck::Key(key),
+        (None, Some(did)) if did.starts_with("did:key:") => SignatureCheck::DidKey(did),
+        (None, Some(did)) => return Err(RepoError::NoVerificationKey { did: shorten(did) }),
+        // No readable commit: verification reports what is wrong.
+        (None, None) => SignatureCheck::Skip,
+    };
+    let mut verify_options = VerifyOptions::new(signature).with_limits(limits);
+    if let Some(did) = options.did {
+        verify_options = verify_options.expect_did(did);
+    }
+    let repo = verify_repo(&car, root, &verify_options)?;
+    Ok(VerifiedImport { car, repo })
+}
+
 impl Repository {
     /// Imports a repository CAR into data folder `dir`, which must not hold
     /// a repository yet. If the folder has a key file, it must be the key of
     /// the imported repository's DID (the repository is then writable);
-    /// without one the repository is read-only.
+    /// without one the repository is read-only. The CAR is verified before
+    /// anything is created on disk.
     pub fn import(
         dir: impl AsRef<Path>,
         reader: impl Read,
         options: &ImportOptions<'_>,
     ) -> Result<(Repository, ImportStats), RepoError> {
         let dir = dir.as_ref();
-        identity::create_private_dir(dir)?;
-        let engine: Arc<dyn Engine> = Arc::new(SledEngine::open(store_path(dir))?);
+        let engine = if store_path(dir).is_dir() {
+            let engine: Arc<dyn Engine> = Arc::new(SledEngine::open(store_path(dir))?);
+            ensure_empty(&*engine)?;
+            Some(engine)
+        } else {
+            None
+        };
         let key = identity::load_key(dir)?;
-        Repository::import_engine(engine, key, reader, options).map_err(|e| with_path(e, dir))
+        let verified = verify_car(reader, options)?;
+        let engine = match engine {
+            Some(engine) => engine,
+            None => {
+                identity::create_private_dir(dir)?;
+                Arc::new(SledEngine::open(store_path(dir))?)
+            }
+        };
+        Repository::store_verified(engine, key, verified).map_err(|e| with_path(e, dir))
     }
 
     /// Imports a repository CAR into an engine that holds no repository.
@@ -76,43 +143,21 @@ impl Repository {
         reader: impl Read,
         options: &ImportOptions<'_>,
     ) -> Result<(Repository, ImportStats), RepoError> {
-        if is_initialized(&*engine)? {
-            let existing = Repository::open_engine(engine, None)?;
-            return Err(RepoError::NotEmpty {
-                did: existing.did().to_owned(),
-            });
-        }
-        let limits = options.limits.unwrap_or_default();
-        let mut car = Car::from_reader(reader, limits).map_err(VerifyError::from)?;
-        let root = single_root(&car.roots)?;
+        ensure_empty(&*engine)?;
+        let verified = verify_car(reader, options)?;
+        Repository::store_verified(engine, key, verified)
+    }
 
-        // The key: given, or the commit's did:key.
-        let commit_did = car
-            .get(&root)
-            .and_then(|bytes| Commit::from_cbor(bytes).ok())
-            .map(|c| c.did().to_owned());
-        if let (Some(expected), Some(found)) = (options.did, &commit_did)
-            && expected != found
-        {
-            return Err(VerifyError::DidMismatch {
-                expected: shorten(expected),
-                found: shorten(found),
-            }
-            .into());
-        }
-        let signature = match (options.key, &commit_did) {
-            (Some(key), _) => SignatureCheck::Key(key),
-            (None, Some(did)) if did.starts_with("did:key:") => SignatureCheck::DidKey(did),
-            (None, Some(did)) => return Err(RepoError::NoVerificationKey { did: shorten(did) }),
-            // No readable commit: verification reports what is wrong.
-            (None, None) => SignatureCheck::Skip,
-        };
-        let mut verify_options = VerifyOptions::new(signature).with_limits(limits);
-        if let Some(did) = options.did {
-            verify_options = verify_options.expect_did(did);
-        }
-        let verified = verify_repo(&car, root, &verify_options)?;
-        let commit = verified.commit;
+    /// Stores a verified CAR in an engine that holds no repository.
+    pub fn store_verified(
+        engine: Arc<dyn Engine>,
+        key: Option<SigningKey>,
+        verified: VerifiedImport,
+    ) -> Result<(Repository, ImportStats), RepoError> {
+        ensure_empty(&*engine)?;
+        let VerifiedImport { mut car, repo } = verified;
+        let commit = repo.commit;
+        let root = repo.summary.commit_cid;
         let did = commit.did().to_owned();
         if let Some(key) = &key {
             let key_did = key.public_key().to_did_key();
@@ -148,7 +193,7 @@ impl Repository {
 
         let mut batch = Batch::new();
         acc.finish(&*engine, commit.rev(), &mut batch)?;
-        let records = verified.records.len() as u64;
+        let records = repo.records.len() as u64;
         batch.put(Table::Meta, META_FORMAT, FORMAT);
         batch.put(Table::Meta, META_DID, did.as_bytes());
         batch.put(Table::Meta, META_RECORDS, records.to_be_bytes());
@@ -164,4 +209,17 @@ impl Repository {
             },
         ))
     }
+}
+
+fn ensure_empty(engine: &dyn Engine) -> Result<(), RepoError> {
+    let Some(did) = engine.get(Table::Meta, META_DID)? else {
+        return if is_initialized(engine)? {
+            Err(RepoError::Corrupt("the store has no DID".into()))
+        } else {
+            Ok(())
+        };
+    };
+    Err(RepoError::NotEmpty {
+        did: String::from_utf8_lossy(&did).into_owned(),
+    })
 }

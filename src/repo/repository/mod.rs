@@ -61,7 +61,7 @@ use serde_json::Value;
 
 pub use self::check::CheckReport;
 pub use self::export::ExportStats;
-pub use self::import::{ImportOptions, ImportStats};
+pub use self::import::{ImportOptions, ImportStats, VerifiedImport, verify_car};
 
 pub use self::refs::BlockChanges;
 
