@@ -121,27 +121,43 @@ pub fn load_key(dir: &Path) -> Result<Option<SigningKey>, IdentityError> {
 }
 
 /// Writes a new key file in `dir` (which must exist); fails if one exists.
-/// The file is fsynced, and so is the folder, before this returns.
+///
+/// The key is written to a temporary file, fsynced, and linked into place
+/// (a link, unlike a rename, never replaces an existing file), then the
+/// folder is fsynced: a crash leaves either no key file or a complete one.
 pub fn store_key(dir: &Path, key: &SigningKey) -> Result<(), IdentityError> {
     let path = key_path(dir);
-    let io = |source| IdentityError::Io {
-        path: path.display().to_string(),
-        source,
+    let tmp = dir.join(format!(".{KEY_FILE}.{}.tmp", std::process::id()));
+    let io = |p: &Path| {
+        let shown = p.display().to_string();
+        move |source| IdentityError::Io {
+            path: shown,
+            source,
+        }
     };
     let mut options = fs::OpenOptions::new();
-    options.write(true).create_new(true);
+    options.write(true).create(true).truncate(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
         options.mode(0o600);
     }
-    let mut file = options.open(&path).map_err(io)?;
-    let alg = key.algorithm().jwt_name();
-    let line = format!("{alg} {}\n", hex(&key.to_bytes()[..]));
-    file.write_all(line.as_bytes()).map_err(io)?;
-    file.sync_all().map_err(io)?;
+    // A stale temporary file (from a crash) may have other permissions.
+    let _ = fs::remove_file(&tmp);
+    let result = (|| {
+        let mut file = options.open(&tmp).map_err(io(&tmp))?;
+        let alg = key.algorithm().jwt_name();
+        let line = format!("{alg} {}\n", hex(&key.to_bytes()[..]));
+        file.write_all(line.as_bytes()).map_err(io(&tmp))?;
+        file.sync_all().map_err(io(&tmp))?;
+        fs::hard_link(&tmp, &path).map_err(io(&path))
+    })();
+    let _ = fs::remove_file(&tmp);
+    result?;
     #[cfg(unix)]
-    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io)?;
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))?;
     Ok(())
 }
 
