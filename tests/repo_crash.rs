@@ -36,14 +36,14 @@ fn writes_for(n: u64) -> Vec<Write> {
     } else {
         w.push(Write::create(COLL, "counter", counter(n)));
     }
-    if n % 3 == 0 {
+    if n.is_multiple_of(3) {
         w.push(Write::update(
             COLL,
             format!("r{:06}", n - 1),
             record(n - 1, 1),
         ));
     }
-    if n % 5 == 0 && n > 10 {
+    if n.is_multiple_of(5) && n > 10 {
         w.push(Write::delete(COLL, format!("r{:06}", n - 10)));
     }
     w
@@ -67,11 +67,11 @@ fn expected(c: u64) -> Vec<(String, Value)> {
     }
     out.push(("counter".to_owned(), counter(c)));
     for i in 1..=c {
-        let deleted = i % 5 == 0 && i + 10 <= c && i + 10 > 10;
+        let deleted = i.is_multiple_of(5) && i + 10 <= c && i + 10 > 10;
         if deleted {
             continue;
         }
-        let updated = (i + 1) % 3 == 0 && i < c;
+        let updated = (i + 1).is_multiple_of(3) && i < c;
         out.push((format!("r{i:06}"), record(i, u64::from(updated))));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
