@@ -199,7 +199,7 @@ fn message(i: usize, rng: &mut u64) -> Value {
     json!({
         "$type": COLL,
         "chat": "at://did:plc:ewvi7nxzyoun6zhxrhs64oiz/chat.gel.assistant.chat/3lbqzcx2ss222",
-        "role": if i % 2 == 0 { "user" } else { "assistant" },
+        "role": if i.is_multiple_of(2) { "user" } else { "assistant" },
         "status": "complete",
         "content": {
             "alg": "xchacha20poly1305-hkdf-sha256-v1",
