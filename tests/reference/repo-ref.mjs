@@ -1,0 +1,162 @@
+#!/usr/bin/env node
+// The reference TypeScript repository implementation (@atproto/repo, pinned
+// in package.json) behind a small CLI, for the differential test
+// tests/reference_repo.rs. Every command prints one JSON object on stdout.
+// A verification that rejects its input still exits 0 with {"ok": false};
+// a non-zero exit means the command itself was misused or crashed.
+//
+//   mst-root                          stdin: {"ops": [["put", key, cid] | ["del", key] | ["root"], ...]}
+//                                     out:   {"roots": [cid after each "root" op]}
+//   make-car OUT.car                  stdin: {"alg": "k256"|"p256", "privkey": hex|null,
+//                                             "batches": [[write, ...], ...]}
+//                                     write: {"action": "create"|"update"|"delete",
+//                                             "collection", "rkey", "record"? (atproto JSON)}
+//                                     The first batch creates the repo (creates only),
+//                                     each later one is a commit. The DID is the key's did:key.
+//                                     out: {"did", "commit", "data", "rev", "records": [[key, cid], ...]}
+//   verify-car FILE [DID [DIDKEY]]    verifyRepoCar; out: {"ok", "commit", "rev", "records"} | {"ok": false, "error"}
+//   prove IN.car OUT.car KEY...       getRecords (the getRecord proof) from a full-repo CAR
+//                                     out: {"ok": true} | {"ok": false, "error"}
+//   verify-proof FILE DID DIDKEY      stdin: {"claims": [[key, cid|null], ...]}
+//                                     verifyProofs; out: {"ok", "verified": [bool per claim]} | {"ok": false, "error"}
+
+import { readFileSync, writeFileSync } from 'node:fs'
+import * as repo from '@atproto/repo'
+import * as crypto from '@atproto/crypto'
+import { parseCid } from '@atproto/lex-data'
+import { jsonToLex } from '@atproto/lex-json'
+
+const { MST, MemoryBlockstore, Repo, WriteOpAction } = repo
+
+function readStdin() {
+  return JSON.parse(readFileSync(0, 'utf8'))
+}
+
+function out(value) {
+  process.stdout.write(JSON.stringify(value) + '\n')
+}
+
+function splitKey(key) {
+  const slash = key.indexOf('/')
+  return { collection: key.slice(0, slash), rkey: key.slice(slash + 1) }
+}
+
+async function concat(stream) {
+  const chunks = []
+  for await (const chunk of stream) chunks.push(chunk)
+  return Buffer.concat(chunks)
+}
+
+async function mstRoot() {
+  const { ops } = readStdin()
+  let mst = await MST.create(new MemoryBlockstore())
+  const roots = []
+  for (const [op, key, cid] of ops) {
+    if (op === 'put') {
+      const value = parseCid(cid)
+      mst = (await mst.get(key)) === null ? await mst.add(key, value) : await mst.update(key, value)
+    } else if (op === 'del') {
+      mst = await mst.delete(key)
+    } else if (op === 'root') {
+      roots.push((await mst.getPointer()).toString())
+    } else {
+      throw new Error(`unknown op ${op}`)
+    }
+  }
+  out({ roots })
+}
+
+function toWrite(w) {
+  const action = {
+    create: WriteOpAction.Create,
+    update: WriteOpAction.Update,
+    delete: WriteOpAction.Delete,
+  }[w.action]
+  if (!action) throw new Error(`unknown action ${w.action}`)
+  const op = { action, collection: w.collection, rkey: w.rkey }
+  if (action !== WriteOpAction.Delete) op.record = jsonToLex(w.record, { strict: true })
+  return op
+}
+
+async function keypairFor(alg, privkey) {
+  const Kind = alg === 'p256' ? crypto.P256Keypair : crypto.Secp256k1Keypair
+  return privkey ? Kind.import(privkey) : Kind.create()
+}
+
+async function makeCar(outPath) {
+  const { alg, privkey, batches } = readStdin()
+  const keypair = await keypairFor(alg, privkey)
+  const did = keypair.did()
+  const storage = new MemoryBlockstore()
+  let r = await Repo.create(storage, did, keypair, (batches[0] ?? []).map(toWrite))
+  for (const batch of batches.slice(1)) {
+    r = await r.applyWrites(batch.map(toWrite), keypair)
+  }
+  const car = await concat(repo.getFullRepo(storage, r.cid))
+  writeFileSync(outPath, car)
+  const leaves = await r.data.list()
+  out({
+    did,
+    commit: r.cid.toString(),
+    data: (await r.data.getPointer()).toString(),
+    rev: r.commit.rev,
+    records: leaves.map((l) => [l.key, l.value.toString()]),
+  })
+}
+
+async function verifyCar(file, did, didKey) {
+  const bytes = readFileSync(file)
+  try {
+    const verified = await repo.verifyRepoCar(bytes, did, didKey)
+    const records = verified.creates
+      .map((c) => [`${c.collection}/${c.rkey}`, c.cid.toString()])
+      .sort((a, b) => (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0))
+    out({
+      ok: true,
+      commit: verified.commit.cid.toString(),
+      rev: verified.commit.rev,
+      records,
+    })
+  } catch (err) {
+    out({ ok: false, error: String(err?.message ?? err) })
+  }
+}
+
+async function prove(inPath, outPath, keys) {
+  try {
+    const { root, blocks } = await repo.readCarWithRoot(readFileSync(inPath))
+    const storage = new MemoryBlockstore(blocks)
+    const proof = await concat(repo.getRecords(storage, root, keys.map(splitKey)))
+    writeFileSync(outPath, proof)
+    out({ ok: true })
+  } catch (err) {
+    out({ ok: false, error: String(err?.message ?? err) })
+  }
+}
+
+async function verifyProof(file, did, didKey) {
+  const claims = readStdin().claims.map(([key, cid]) => ({
+    ...splitKey(key),
+    cid: cid === null ? null : parseCid(cid),
+  }))
+  try {
+    const { verified } = await repo.verifyProofs(readFileSync(file), claims, did, didKey)
+    out({ ok: true, verified: claims.map((c) => verified.includes(c)) })
+  } catch (err) {
+    out({ ok: false, error: String(err?.message ?? err) })
+  }
+}
+
+const [command, ...args] = process.argv.slice(2)
+const commands = {
+  'mst-root': () => mstRoot(),
+  'make-car': () => makeCar(args[0]),
+  'verify-car': () => verifyCar(args[0], args[1], args[2]),
+  prove: () => prove(args[0], args[1], args.slice(2)),
+  'verify-proof': () => verifyProof(args[0], args[1], args[2]),
+}
+if (!commands[command]) {
+  process.stderr.write(`usage: repo-ref.mjs ${Object.keys(commands).join('|')} ...\n`)
+  process.exit(2)
+}
+await commands[command]()
