@@ -211,10 +211,16 @@ fn acknowledged_commits_survive_sigkill_of_a_writer_loop() {
             ])
             .env(CHILD_ENV, &data)
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
         let rx = acks(&mut child);
+        let mut child_stderr = child.stderr.take().unwrap();
+        let stderr_reader = thread::spawn(move || {
+            let mut text = String::new();
+            let _ = std::io::Read::read_to_string(&mut child_stderr, &mut text);
+            text
+        });
         // Let it write for a while (startup included), then kill it.
         let delay = Duration::from_millis(20 + rng.below(400));
         let deadline = Instant::now() + delay;
@@ -227,7 +233,9 @@ fn acknowledged_commits_survive_sigkill_of_a_writer_loop() {
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => break,
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    panic!("round {round}: the writer died by itself")
+                    let _ = child.wait();
+                    let text = stderr_reader.join().unwrap_or_default();
+                    panic!("round {round}: the writer died by itself: {text}")
                 }
             }
         }

@@ -8,10 +8,15 @@
 //! log, so a write that returned `Ok` survives `kill -9`.
 
 use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use super::{Batch, Engine, EngineError, Op, Scan, Table};
 
 const TREE: &str = "repo";
+
+/// How long [`SledEngine::open`] waits for a locked database.
+pub const LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// A store on disk, in a sled database folder.
 pub struct SledEngine {
@@ -31,15 +36,31 @@ impl std::fmt::Debug for SledEngine {
 impl SledEngine {
     /// Opens (creating if needed) the sled database in folder `path`.
     /// Fails with [`EngineError::Locked`] if another process has it open.
+    ///
+    /// sled releases its lock file only when its last background job for
+    /// a closed handle has finished, which can be a moment after the handle
+    /// was dropped; so a locked database is retried for up to
+    /// [`LOCK_WAIT`] before giving up.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, EngineError> {
         let path = path.as_ref().to_path_buf();
-        let db = sled::Config::new()
-            .path(&path)
-            // Writes are flushed explicitly, per batch; the background
-            // flusher would only add fsyncs.
-            .flush_every_ms(None)
-            .open()
-            .map_err(|e| open_error(&path, e))?;
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(5);
+        let db = loop {
+            let opened = sled::Config::new()
+                .path(&path)
+                // Writes are flushed explicitly, per batch; the background
+                // flusher would only add fsyncs.
+                .flush_every_ms(None)
+                .open()
+                .map_err(|e| open_error(&path, e));
+            match opened {
+                Err(EngineError::Locked { .. }) if started.elapsed() < LOCK_WAIT => {
+                    thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                other => break other?,
+            }
+        };
         let tree = db.open_tree(TREE).map_err(EngineError::engine)?;
         Ok(SledEngine { path, db, tree })
     }
