@@ -192,7 +192,8 @@ impl Repository {
         drop(car);
 
         let mut batch = Batch::new();
-        acc.finish(&*engine, commit.rev(), &mut batch)?;
+        // `ensure_empty` above: no block is stored yet.
+        acc.finish(None, commit.rev(), &mut batch)?;
         let records = repo.records.len() as u64;
         batch.put(Table::Meta, META_FORMAT, FORMAT);
         batch.put(Table::Meta, META_DID, did.as_bytes());

@@ -408,7 +408,7 @@ impl Repository {
         acc.add(commit_cid, 1);
         acc.provide(commit_cid, commit_bytes);
         let mut batch = Batch::new();
-        acc.finish(&*engine, rev, &mut batch)?;
+        acc.finish(Some(&*engine), rev, &mut batch)?;
         batch.put(Table::Meta, META_FORMAT, FORMAT);
         batch.put(Table::Meta, META_DID, did.as_bytes());
         batch.put(Table::Meta, META_RECORDS, 0u64.to_be_bytes());
@@ -689,7 +689,7 @@ impl Repository {
         acc.add(self.head.commit, -1);
 
         let mut batch = Batch::new();
-        let blocks = acc.finish(&*self.engine, rev, &mut batch)?;
+        let blocks = acc.finish(Some(&*self.engine), rev, &mut batch)?;
         batch.put(Table::Meta, META_HEAD, commit_cid.to_bytes());
         batch.put(Table::Meta, META_RECORDS, records.to_be_bytes());
         self.engine.write(batch)?;

@@ -103,10 +103,11 @@ impl Accounting {
     }
 
     /// Adds to `batch` the rows that apply the counted changes, as commit
-    /// `rev`.
+    /// `rev`. `engine` is `None` for a store known to hold no block (an
+    /// import), which saves a lookup per block.
     pub fn finish(
         self,
-        engine: &dyn Engine,
+        engine: Option<&dyn Engine>,
         rev: Tid,
         batch: &mut Batch,
     ) -> Result<BlockChanges, RepoError> {
@@ -117,7 +118,11 @@ impl Accounting {
                 continue;
             }
             let key = cid.to_bytes();
-            let row = match engine.get(Table::Refs, &key)? {
+            let stored = match engine {
+                Some(engine) => engine.get(Table::Refs, &key)?,
+                None => None,
+            };
+            let row = match stored {
                 Some(raw) => Some(RefRow::decode(&cid, &raw)?),
                 None => None,
             };
