@@ -5,3 +5,4 @@ pub mod lexicon;
 pub mod model;
 pub mod repo;
 pub mod seal;
+pub mod store;

@@ -2,11 +2,13 @@
 //! group lives in its own module; they share the report printer in `report`.
 
 mod lex;
-
-pub use lex::sync_generated;
+mod repo;
 mod report;
 
+pub use lex::sync_generated;
+
 use clap::{Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// Exit status of every command: 0 clean, 1 findings, 2 usage or I/O error.
@@ -35,6 +37,14 @@ impl From<Outcome> for ExitCode {
     long_about = None
 )]
 pub struct Cli {
+    /// The data folder: the repository store and the identity key.
+    #[arg(
+        long,
+        global = true,
+        value_name = "DIR",
+        default_value = "./gelstore-data"
+    )]
+    pub data: PathBuf,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -44,6 +54,9 @@ pub enum Command {
     /// Lexicon tools for CI: lint schemas, check records, diff versions.
     #[command(subcommand)]
     Lex(lex::LexCommand),
+    /// The local repository: init, apply writes, read, export/import CARs.
+    #[command(subcommand)]
+    Repo(repo::RepoCommand),
 }
 
 /// Output style shared by every reporting command.
@@ -61,5 +74,6 @@ pub enum Format {
 pub fn run(cli: Cli) -> Outcome {
     match cli.command {
         Command::Lex(cmd) => lex::run(cmd),
+        Command::Repo(cmd) => repo::run(&cli.data, cmd),
     }
 }

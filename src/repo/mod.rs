@@ -8,13 +8,21 @@
 //! - [`verify`]: checking a whole repository (CAR or block source) from
 //!   untrusted input.
 //! - [`proof`]: record proofs (one record's value or absence, signed).
+//! - [`repository`]: one account's repository in a store: signed, atomic
+//!   commits of record writes, garbage collection, CAR export/import.
+//! - [`records`]: checks a record before it is written (names, `$type`,
+//!   the project's lexicons, data model).
+//! - [`identity`]: the local signing key file.
 
 pub mod blocks;
 pub mod car;
 pub mod commit;
 pub mod export;
+pub mod identity;
 pub mod keys;
 pub mod mst;
 pub mod proof;
+pub mod records;
+pub mod repository;
 pub mod tid;
 pub mod verify;

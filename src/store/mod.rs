@@ -1,0 +1,291 @@
+//! Storage engines: the small ordered key-value interface a repository is
+//! kept in, and its implementations.
+//!
+//! A repository needs very little from its storage: a few tables of byte
+//! keys and byte values ([`Table`]), point reads, ordered scans, and one
+//! write operation that applies a whole [`Batch`] of puts and deletes
+//! **atomically and durably**: when [`Engine::write`] returns `Ok`, every
+//! change of the batch is on disk and survives a crash of the process (or of
+//! the machine, as far as `fsync` goes); when it fails or the process dies
+//! during the call, either all of the batch is there after a restart or none
+//! of it is.
+//!
+//! Engines:
+//!
+//! - [`SledEngine`]: sled 0.34 (the default, on disk). All tables share one
+//!   sled tree, each table under a one-byte key prefix, so a batch is a single
+//!   `apply_batch` (atomic in sled's log) followed by a `flush` (fsync).
+//! - [`MemoryEngine`]: a `BTreeMap` behind a lock, for tests.
+//!
+//! Another engine (an LSM, SQLite, ...) only has to implement [`Engine`].
+//! This module knows nothing of blocks, CIDs or commits; the repository
+//! decides what the tables hold (see `repo::repository`).
+
+mod memory;
+mod sled;
+
+pub use self::memory::MemoryEngine;
+pub use self::sled::SledEngine;
+
+use std::error::Error as StdError;
+
+/// The tables of a store. The repository's layout (what each key and value
+/// is) is described in `repo::repository`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Table {
+    /// Small named values (the account DID, the head commit, the format version).
+    Meta,
+    /// Content-addressed blocks: CID bytes → block bytes.
+    Blocks,
+    /// Reference counts of blocks: CID bytes → count and creation rev.
+    Refs,
+    /// Which commit created each live block: rev ‖ CID bytes → nothing.
+    RevLog,
+}
+
+impl Table {
+    /// Every table, in prefix order.
+    pub const ALL: [Table; 4] = [Table::Meta, Table::Blocks, Table::Refs, Table::RevLog];
+
+    /// The one-byte prefix of the table's keys in engines that keep all
+    /// tables in one keyspace.
+    pub fn prefix(self) -> u8 {
+        match self {
+            Table::Meta => b'm',
+            Table::Blocks => b'b',
+            Table::Refs => b'r',
+            Table::RevLog => b'l',
+        }
+    }
+
+    /// The table's name, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Table::Meta => "meta",
+            Table::Blocks => "blocks",
+            Table::Refs => "refs",
+            Table::RevLog => "revlog",
+        }
+    }
+}
+
+/// A failure of the storage engine itself (I/O, a corrupt or locked
+/// database), as opposed to a value that is simply absent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// Another process (or another handle in this one) has the store open.
+    #[error("the store at {path} is in use by another process: {detail}")]
+    Locked {
+        /// The store's folder.
+        path: String,
+        /// What the engine said.
+        detail: String,
+    },
+    /// Anything else the engine reported.
+    #[error("storage engine failed: {0}")]
+    Engine(#[source] Box<dyn StdError + Send + Sync + 'static>),
+}
+
+impl EngineError {
+    /// Wraps an engine's own error.
+    pub fn engine(error: impl Into<Box<dyn StdError + Send + Sync + 'static>>) -> Self {
+        EngineError::Engine(error.into())
+    }
+}
+
+/// One change of a [`Batch`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    /// Sets `key` in `table` to `value`.
+    Put(Table, Vec<u8>, Vec<u8>),
+    /// Removes `key` from `table` (absent keys are fine).
+    Delete(Table, Vec<u8>),
+}
+
+/// A list of changes applied together by [`Engine::write`]. Later changes
+/// to the same key win.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    ops: Vec<Op>,
+}
+
+impl Batch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a put.
+    pub fn put(&mut self, table: Table, key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) {
+        self.ops.push(Op::Put(table, key.into(), value.into()));
+    }
+
+    /// Adds a delete.
+    pub fn delete(&mut self, table: Table, key: impl Into<Vec<u8>>) {
+        self.ops.push(Op::Delete(table, key.into()));
+    }
+
+    /// The changes, in order.
+    pub fn ops(&self) -> &[Op] {
+        &self.ops
+    }
+
+    /// Number of changes.
+    pub fn len(&self) -> usize {
+        self.ops.len()
+    }
+
+    /// Whether there are no changes.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Takes the changes out.
+    pub fn into_ops(self) -> Vec<Op> {
+        self.ops
+    }
+}
+
+/// The key/value pairs of a scan, in key order.
+pub type Scan<'a> = Box<dyn Iterator<Item = Result<(Vec<u8>, Vec<u8>), EngineError>> + 'a>;
+
+/// An ordered key-value store with atomic, durable batches.
+///
+/// Implementations must be safe to share between threads; a repository
+/// serialises its own writes, so an engine only needs reads to see either
+/// all or none of a concurrent batch.
+pub trait Engine: Send + Sync {
+    /// The value of `key` in `table`.
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
+
+    /// The pairs of `table` with keys `>= start`, in byte order of the keys
+    /// (keys are returned without any engine-internal prefix).
+    fn scan(&self, table: Table, start: &[u8]) -> Scan<'_>;
+
+    /// Applies every change of `batch`, atomically and durably (see the
+    /// module docs). An empty batch is a no-op.
+    fn write(&self, batch: Batch) -> Result<(), EngineError>;
+
+    /// Bytes the store takes on disk (0 for memory engines).
+    fn size_on_disk(&self) -> Result<u64, EngineError>;
+}
+
+impl<E: Engine + ?Sized> Engine for Box<E> {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        (**self).get(table, key)
+    }
+    fn scan(&self, table: Table, start: &[u8]) -> Scan<'_> {
+        (**self).scan(table, start)
+    }
+    fn write(&self, batch: Batch) -> Result<(), EngineError> {
+        (**self).write(batch)
+    }
+    fn size_on_disk(&self) -> Result<u64, EngineError> {
+        (**self).size_on_disk()
+    }
+}
+
+impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        (**self).get(table, key)
+    }
+    fn scan(&self, table: Table, start: &[u8]) -> Scan<'_> {
+        (**self).scan(table, start)
+    }
+    fn write(&self, batch: Batch) -> Result<(), EngineError> {
+        (**self).write(batch)
+    }
+    fn size_on_disk(&self) -> Result<u64, EngineError> {
+        (**self).size_on_disk()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The contract every engine must keep.
+    pub(crate) fn engine_contract(engine: &dyn Engine) {
+        assert_eq!(engine.get(Table::Blocks, b"a").unwrap(), None);
+        let mut batch = Batch::new();
+        batch.put(Table::Blocks, b"a".to_vec(), b"1".to_vec());
+        batch.put(Table::Blocks, b"c".to_vec(), b"3".to_vec());
+        batch.put(Table::Blocks, b"b".to_vec(), b"2".to_vec());
+        batch.put(Table::Refs, b"a".to_vec(), b"other table".to_vec());
+        batch.put(Table::Meta, b"z".to_vec(), b"x".to_vec());
+        engine.write(batch).unwrap();
+        assert_eq!(
+            engine.get(Table::Blocks, b"a").unwrap(),
+            Some(b"1".to_vec())
+        );
+        assert_eq!(
+            engine.get(Table::Refs, b"a").unwrap(),
+            Some(b"other table".to_vec())
+        );
+        let all: Vec<_> = engine
+            .scan(Table::Blocks, b"")
+            .map(Result::unwrap)
+            .collect();
+        assert_eq!(
+            all,
+            vec![
+                (b"a".to_vec(), b"1".to_vec()),
+                (b"b".to_vec(), b"2".to_vec()),
+                (b"c".to_vec(), b"3".to_vec()),
+            ]
+        );
+        let from_b: Vec<_> = engine
+            .scan(Table::Blocks, b"b")
+            .map(|r| r.unwrap().0)
+            .collect();
+        assert_eq!(from_b, vec![b"b".to_vec(), b"c".to_vec()]);
+        // Scans stay inside their table.
+        assert_eq!(engine.scan(Table::RevLog, b"").count(), 0);
+        assert_eq!(engine.scan(Table::Meta, b"").count(), 1);
+
+        let mut batch = Batch::new();
+        batch.delete(Table::Blocks, b"a".to_vec());
+        batch.delete(Table::Blocks, b"missing".to_vec());
+        batch.put(Table::Blocks, b"b".to_vec(), b"first".to_vec());
+        batch.put(Table::Blocks, b"b".to_vec(), b"last".to_vec());
+        engine.write(batch).unwrap();
+        assert_eq!(engine.get(Table::Blocks, b"a").unwrap(), None);
+        assert_eq!(
+            engine.get(Table::Blocks, b"b").unwrap(),
+            Some(b"last".to_vec())
+        );
+        engine.write(Batch::new()).unwrap();
+    }
+
+    #[test]
+    fn memory_engine_keeps_the_contract() {
+        engine_contract(&MemoryEngine::new());
+    }
+
+    #[test]
+    fn sled_engine_keeps_the_contract_and_persists() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let engine = SledEngine::open(dir.path()).unwrap();
+            engine_contract(&engine);
+            assert!(engine.size_on_disk().unwrap() > 0);
+        }
+        let engine = SledEngine::open(dir.path()).unwrap();
+        assert_eq!(
+            engine.get(Table::Blocks, b"b").unwrap(),
+            Some(b"last".to_vec())
+        );
+        assert_eq!(engine.get(Table::Meta, b"z").unwrap(), Some(b"x".to_vec()));
+    }
+
+    #[test]
+    fn sled_engine_refuses_a_second_opener() {
+        let dir = tempfile::tempdir().unwrap();
+        let _first = SledEngine::open(dir.path()).unwrap();
+        match SledEngine::open(dir.path()) {
+            Err(EngineError::Locked { .. }) => {}
+            other => panic!("expected Locked, got {:?}", other.map(|_| ())),
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! The sled engine (sled 0.34, the stable line).
+//!
+//! Every table lives in one sled tree, `repo`, under its one-byte
+//! [`Table::prefix`]: sled's `apply_batch` is atomic within one tree (the
+//! batch is sealed in the log as a unit and recovered all or nothing), which
+//! a multi-tree transaction would only give through sled's optimistic
+//! transaction machinery. After the batch, `flush` writes and fsyncs sled's
+//! log, so a write that returned `Ok` survives `kill -9`.
+
+use std::path::{Path, PathBuf};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::{Batch, Engine, EngineError, Op, Scan, Table};
+
+const TREE: &str = "repo";
+
+/// How long [`SledEngine::open`] waits for a locked database.
+pub const LOCK_WAIT: Duration = Duration::from_secs(2);
+
+/// A store on disk, in a sled database folder.
+pub struct SledEngine {
+    path: PathBuf,
+    db: sled::Db,
+    tree: sled::Tree,
+}
+
+impl std::fmt::Debug for SledEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SledEngine")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SledEngine {
+    /// Opens (creating if needed) the sled database in folder `path`.
+    /// Fails with [`EngineError::Locked`] if another process has it open.
+    ///
+    /// sled releases its lock file only when its last background job for
+    /// a closed handle has finished, which can be a moment after the handle
+    /// was dropped; so a locked database is retried for up to
+    /// [`LOCK_WAIT`] before giving up.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, EngineError> {
+        let path = path.as_ref().to_path_buf();
+        let started = Instant::now();
+        let mut pause = Duration::from_millis(5);
+        let db = loop {
+            let opened = sled::Config::new()
+                .path(&path)
+                // Writes are flushed explicitly, per batch; the background
+                // flusher would only add fsyncs.
+                .flush_every_ms(None)
+                .open()
+                .map_err(|e| open_error(&path, e));
+            match opened {
+                Err(EngineError::Locked { .. }) if started.elapsed() < LOCK_WAIT => {
+                    thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                other => break other?,
+            }
+        };
+        let tree = db.open_tree(TREE).map_err(EngineError::engine)?;
+        Ok(SledEngine { path, db, tree })
+    }
+
+    /// The database folder.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn open_error(path: &Path, e: sled::Error) -> EngineError {
+    match &e {
+        sled::Error::Io(io) if io.to_string().contains("could not acquire lock") => {
+            EngineError::Locked {
+                path: path.display().to_string(),
+                detail: io.to_string(),
+            }
+        }
+        _ => EngineError::engine(e),
+    }
+}
+
+fn prefixed(table: Table, key: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(key.len() + 1);
+    out.push(table.prefix());
+    out.extend_from_slice(key);
+    out
+}
+
+impl Engine for SledEngine {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        let value = self
+            .tree
+            .get(prefixed(table, key))
+            .map_err(EngineError::engine)?;
+        Ok(value.map(|v| v.to_vec()))
+    }
+
+    fn scan(&self, table: Table, start: &[u8]) -> Scan<'_> {
+        let prefix = table.prefix();
+        let iter = self
+            .tree
+            .range(prefixed(table, start)..)
+            .take_while(move |item| match item {
+                Ok((k, _)) => k.first() == Some(&prefix),
+                Err(_) => true,
+            })
+            .map(|item| {
+                item.map(|(k, v)| (k[1..].to_vec(), v.to_vec()))
+                    .map_err(EngineError::engine)
+            });
+        Box::new(iter)
+    }
+
+    fn write(&self, batch: Batch) -> Result<(), EngineError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let mut sled_batch = sled::Batch::default();
+        for op in batch.into_ops() {
+            match op {
+                Op::Put(table, key, value) => sled_batch.insert(prefixed(table, &key), value),
+                Op::Delete(table, key) => sled_batch.remove(prefixed(table, &key)),
+            }
+        }
+        self.tree
+            .apply_batch(sled_batch)
+            .map_err(EngineError::engine)?;
+        self.db.flush().map_err(EngineError::engine)?;
+        Ok(())
+    }
+
+    fn size_on_disk(&self) -> Result<u64, EngineError> {
+        self.db.size_on_disk().map_err(EngineError::engine)
+    }
+}
