@@ -15,7 +15,7 @@ pub struct KeyWrap {
     pub key_id: String,
     /// Generation of the wrapped key. Rotating a key, such as after removing a device, starts the next epoch.
     pub epoch: i64,
-    /// Versioned name of the wrapping scheme; readers refuse names that are not on their allow-list. 'hpke-x25519-hkdf-sha256-chacha20poly1305-v1': HPKE (RFC 9180) base mode with DHKEM(X25519, HKDF-SHA256), HKDF-SHA256 and ChaCha20-Poly1305; enc is the 32-byte encapsulated key and ciphertext the 32-byte key plus a 16-byte tag.
+    /// Versioned name of the wrapping scheme; readers refuse names that are not on their allow-list. 'hpke-x25519-hkdf-sha256-chacha20poly1305-v1': HPKE (RFC 9180) PSK mode with DHKEM(X25519, HKDF-SHA256), HKDF-SHA256 and ChaCha20-Poly1305; the PSK comes from the pairing secret or from an account key, so only a device that holds one can make a wrap others accept; enc is the 32-byte encapsulated key and ciphertext the 32-byte key plus a 16-byte tag.
     pub alg: KeyWrapAlg,
     /// Whose public key the key is wrapped to.
     pub recipient: KeyWrapRecipient,
@@ -78,7 +78,7 @@ impl support::Validate for KeyWrap {
     }
 }
 
-/// Versioned name of the wrapping scheme; readers refuse names that are not on their allow-list. 'hpke-x25519-hkdf-sha256-chacha20poly1305-v1': HPKE (RFC 9180) base mode with DHKEM(X25519, HKDF-SHA256), HKDF-SHA256 and ChaCha20-Poly1305; enc is the 32-byte encapsulated key and ciphertext the 32-byte key plus a 16-byte tag.
+/// Versioned name of the wrapping scheme; readers refuse names that are not on their allow-list. 'hpke-x25519-hkdf-sha256-chacha20poly1305-v1': HPKE (RFC 9180) PSK mode with DHKEM(X25519, HKDF-SHA256), HKDF-SHA256 and ChaCha20-Poly1305; the PSK comes from the pairing secret or from an account key, so only a device that holds one can make a wrap others accept; enc is the 32-byte encapsulated key and ciphertext the 32-byte key plus a 16-byte tag.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum KeyWrapAlg {
     /// `hpke-x25519-hkdf-sha256-chacha20poly1305-v1`
