@@ -6,7 +6,7 @@
 //!   root CIDs, after every batch of changes;
 //! - (b) their `verifyRepoCar` accepts our CAR exports (and their
 //!   `verifyProofs` our record proofs), listing the same records;
-//! - (c) we verify CARs (and record proofs) they produced, and agree on
+//! - (c) we verify and import CARs (and verify record proofs) they produced, and agree on
 //!   every record CID and on the MST root.
 //!
 //! Needs Node (20+) and npm. The first run installs the harness with
@@ -26,6 +26,7 @@ use gelstore::repo::export::export_repo_to_vec;
 use gelstore::repo::keys::{KeyAlgorithm, SigningKey};
 use gelstore::repo::mst::Mst;
 use gelstore::repo::proof::{verify_record_proof, write_record_proof};
+use gelstore::repo::repository::{ImportOptions, Repository};
 use gelstore::repo::tid::Tid;
 use gelstore::repo::verify::{SignatureCheck, SignatureStatus, VerifyOptions, verify_repo_car};
 use serde_json::{Value, json};
@@ -399,6 +400,23 @@ fn we_verify_reference_cars_and_proofs() {
         assert_eq!(expected, theirs, "seed {seed}: record CIDs differ");
         let mst = Mst::from_entries(MemoryBlocks::new(), expected.iter().map(|(k, v)| (k, *v)));
         assert_eq!(mst.unwrap().root(), s.data_cid);
+
+        // And their CAR imports into a store here, which then holds exactly it.
+        let store_dir = tmp.path().join(format!("imported-{seed}"));
+        let import = ImportOptions {
+            did: Some(&did),
+            key: None,
+            limits: None,
+        };
+        let (repo, stats) = Repository::import(&store_dir, bytes.as_slice(), &import)
+            .unwrap_or_else(|e| panic!("seed {seed}: import: {e}"));
+        assert_eq!(stats.records, theirs.len() as u64);
+        let stored: BTreeMap<String, Cid> =
+            repo.list(None).unwrap().collect::<Result<_, _>>().unwrap();
+        assert_eq!(stored, theirs, "seed {seed}: imported records differ");
+        assert_eq!(repo.head().commit, s.commit_cid);
+        repo.check()
+            .unwrap_or_else(|e| panic!("seed {seed}: imported store: {e}"));
 
         // Their record proofs (getRecord), for present and absent keys.
         let mut keys: Vec<String> = theirs.keys().step_by((n / 5).max(1)).cloned().collect();
