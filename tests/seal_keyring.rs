@@ -344,3 +344,60 @@ fn device_key_file_is_owner_only() {
     let secret_line = text.lines().nth(1).unwrap();
     assert!(!format!("{key:?}").contains(secret_line));
 }
+
+#[test]
+fn rejoin_takes_only_the_pinned_pairing_wrap() {
+    let mut rng = HashRng::new("rejoin");
+    let (mut a, mut repo) =
+        Keyring::create(DID, "3laaaaaaaaaa2", device(&mut rng), &mut rng).unwrap();
+    let b_key = device(&mut rng);
+    let request = pair_request(&b_key, &mut rng);
+    repo.extend(
+        a.approve(request.code(), "3lbbbbbbbbbb2", &mut rng)
+            .unwrap(),
+    );
+    let (b, _) = Keyring::join(DID, "3lbbbbbbbbbb2", b_key.clone(), &request, &repo).unwrap();
+    let admitted = b.admitted_with().to_string();
+    assert_eq!(admitted, a.current_account().key_id());
+    assert_eq!(a.admitted_with(), admitted, "the first device made it");
+
+    // Someone who saw B's code plants a pairing wrap of an account key of
+    // their own, ahead of the real one.
+    let (mut mallory, _) =
+        Keyring::create(DID, "3lmmmmmmmmmm2", device(&mut rng), &mut rng).unwrap();
+    let mut planted = mallory
+        .approve(request.code(), "3lbbbbbbbbbb2", &mut rng)
+        .unwrap();
+    planted.truncate(1);
+    planted.extend(repo.iter().cloned());
+    let (fooled, _) =
+        Keyring::join(DID, "3lbbbbbbbbbb2", b_key.clone(), &request, &planted).unwrap();
+    assert_ne!(fooled.admitted_with(), admitted, "join takes the first");
+    // Rebuilt with the keyId it kept, B takes only its own account key.
+    let (again, _) = Keyring::rejoin(
+        DID,
+        "3lbbbbbbbbbb2",
+        b_key.clone(),
+        &request,
+        &admitted,
+        &planted,
+    )
+    .unwrap();
+    assert_eq!(again.current_account().key_id(), admitted);
+    assert_eq!(again.devices(), a.devices());
+    // Pinned to a key with no wrap for it: a named error.
+    let err = Keyring::rejoin(
+        DID,
+        "3lbbbbbbbbbb2",
+        b_key,
+        &request,
+        "account:0:0000000000000000",
+        &repo,
+    )
+    .unwrap_err();
+    assert!(matches!(err, SealError::NotRecipient { .. }), "{err}");
+    // The request survives its text form (as the state file keeps it).
+    let kept =
+        gelstore::seal::PairingRequest::from_code(request.code().to_string().parse().unwrap());
+    assert_eq!(kept.code(), request.code());
+}

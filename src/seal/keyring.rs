@@ -144,6 +144,14 @@ impl PairingRequest {
     pub fn code(&self) -> &PairingCode {
         &self.code
     }
+
+    /// The request a code was made for, as kept by the new device (in its
+    /// owner-only state file) until, and after, the approval arrives: the
+    /// secret is what lets it re-open the pairing wrap when it rebuilds its
+    /// keyring from the records.
+    pub fn from_code(code: PairingCode) -> PairingRequest {
+        PairingRequest { code }
+    }
 }
 
 impl fmt::Debug for PairingRequest {
@@ -236,6 +244,9 @@ pub struct Keyring {
     chat_keys: BTreeMap<String, ChatEntry>,
     /// Admitted devices by account epoch: device rkey → public key.
     roster: BTreeMap<u64, BTreeMap<String, [u8; KEY_LEN]>>,
+    /// The keyId of the account key this device was given by pairing (or,
+    /// for the first device, made).
+    admitted_with: String,
 }
 
 impl fmt::Debug for Keyring {
@@ -266,6 +277,7 @@ impl Keyring {
             accounts: BTreeMap::new(),
             chat_keys: BTreeMap::new(),
             roster: BTreeMap::new(),
+            admitted_with: account.key_id.clone(),
         };
         ring.accounts
             .insert((0, account.key_id.clone()), account.clone());
@@ -285,6 +297,33 @@ impl Keyring {
         request: &PairingRequest,
         wraps: &[KeyWrap],
     ) -> Result<(Keyring, AbsorbReport)> {
+        Keyring::join_pinned(did, device_id, device, request, None, wraps)
+    }
+
+    /// Rebuilds the keyring of a device that joined before, from the records
+    /// and what it keeps locally: like [`join`](Self::join), but only the
+    /// pairing wrap of `account_key_id` (the key it was admitted with, see
+    /// [`admitted_with`](Self::admitted_with)) is accepted, so a pairing wrap
+    /// planted later (by someone who saw the code) changes nothing.
+    pub fn rejoin(
+        did: &str,
+        device_id: &str,
+        device: DeviceKey,
+        request: &PairingRequest,
+        account_key_id: &str,
+        wraps: &[KeyWrap],
+    ) -> Result<(Keyring, AbsorbReport)> {
+        Keyring::join_pinned(did, device_id, device, request, Some(account_key_id), wraps)
+    }
+
+    fn join_pinned(
+        did: &str,
+        device_id: &str,
+        device: DeviceKey,
+        request: &PairingRequest,
+        pin: Option<&str>,
+        wraps: &[KeyWrap],
+    ) -> Result<(Keyring, AbsorbReport)> {
         if request.code.public_key != device.public_key() {
             return Err(SealError::Keyring {
                 reason: "the pairing request was made for another device key".into(),
@@ -299,7 +338,7 @@ impl Keyring {
             let Some(KeyKind::Account { epoch }) = parse_key_id(&wrap.key_id) else {
                 continue;
             };
-            if !for_me || epoch != wrap.epoch {
+            if !for_me || epoch != wrap.epoch || pin.is_some_and(|k| k != wrap.key_id) {
                 continue;
             }
             match open_wrap(did, wrap, device.0.secret_bytes(), &psk) {
@@ -333,6 +372,7 @@ impl Keyring {
             accounts: BTreeMap::new(),
             chat_keys: BTreeMap::new(),
             roster: BTreeMap::new(),
+            admitted_with: account.key_id.clone(),
         };
         ring.accounts
             .insert((account.epoch, account.key_id.clone()), account);
@@ -524,10 +564,20 @@ impl Keyring {
 
     /// The devices admitted in the current epoch, by record key.
     pub fn devices(&self) -> BTreeMap<String, [u8; KEY_LEN]> {
-        self.roster
-            .get(&self.account_epoch())
-            .cloned()
-            .unwrap_or_default()
+        self.devices_at(self.account_epoch())
+    }
+
+    /// The devices admitted in account epoch `epoch` (empty for an epoch
+    /// whose key this keyring does not hold), by record key.
+    pub fn devices_at(&self, epoch: u64) -> BTreeMap<String, [u8; KEY_LEN]> {
+        self.roster.get(&epoch).cloned().unwrap_or_default()
+    }
+
+    /// The keyId of the account key this device was admitted with: made by
+    /// [`create`](Self::create), or opened from its pairing wrap by
+    /// [`join`](Self::join). Keep it to [`rejoin`](Self::rejoin) later.
+    pub fn admitted_with(&self) -> &str {
+        &self.admitted_with
     }
 
     fn admission(
