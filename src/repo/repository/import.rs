@@ -155,6 +155,18 @@ impl Repository {
         verified: VerifiedImport,
     ) -> Result<(Repository, ImportStats), RepoError> {
         ensure_empty(&*engine)?;
+        Repository::store_verified_after(engine, key, verified, Batch::new())
+    }
+
+    /// Stores a verified CAR as the whole content of the store, in one batch
+    /// that starts with `batch` (empty, or the deletion of every row of the
+    /// store, see `replica`).
+    pub(super) fn store_verified_after(
+        engine: Arc<dyn Engine>,
+        key: Option<SigningKey>,
+        verified: VerifiedImport,
+        mut batch: Batch,
+    ) -> Result<(Repository, ImportStats), RepoError> {
         let VerifiedImport { mut car, repo } = verified;
         let commit = repo.commit;
         let root = repo.summary.commit_cid;
@@ -191,8 +203,8 @@ impl Repository {
         }
         drop(car);
 
-        let mut batch = Batch::new();
-        // `ensure_empty` above: no block is stored yet.
+        // The store is empty, or `batch` empties it first: no block is
+        // stored yet.
         acc.finish(None, commit.rev(), &mut batch)?;
         let records = repo.records.len() as u64;
         batch.put(Table::Meta, META_FORMAT, FORMAT);
@@ -212,7 +224,7 @@ impl Repository {
     }
 }
 
-fn ensure_empty(engine: &dyn Engine) -> Result<(), RepoError> {
+pub(super) fn ensure_empty(engine: &dyn Engine) -> Result<(), RepoError> {
     let Some(did) = engine.get(Table::Meta, META_DID)? else {
         return if is_initialized(engine)? {
             Err(RepoError::Corrupt("the store has no DID".into()))

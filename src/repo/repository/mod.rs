@@ -50,6 +50,7 @@ mod check;
 mod export;
 mod import;
 mod refs;
+mod replica;
 mod walk;
 
 use std::collections::HashMap;
@@ -64,6 +65,7 @@ pub use self::export::ExportStats;
 pub use self::import::{ImportOptions, ImportStats, VerifiedImport, verify_car};
 
 pub use self::refs::BlockChanges;
+pub use self::replica::Refresh;
 
 use self::refs::Accounting;
 use super::blocks::{BlockSource, StoreError};
@@ -195,6 +197,23 @@ pub enum RepoError {
     /// The store does not hold what its invariants promise.
     #[error("the store is corrupt: {0}")]
     Corrupt(String),
+    /// A refresh of a store that holds the signing key of its repository:
+    /// it is the authority, changed by its own commits, never replaced.
+    #[error(
+        "this store signs the repository of {did} itself; only a read-only copy is refreshed from a CAR"
+    )]
+    NotACopy {
+        /// The repository's DID.
+        did: String,
+    },
+    /// A refresh with a CAR older than the copy already held.
+    #[error("the CAR is at rev {found}, older than the copy held (rev {held}); nothing changed")]
+    OlderCopy {
+        /// The rev held.
+        held: String,
+        /// The CAR's rev.
+        found: String,
+    },
 }
 
 /// One change of a batch given to [`Repository::apply`].
