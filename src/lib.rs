@@ -1,6 +1,7 @@
 //! gelstore: AI-assistant chats as user-owned, end-to-end sealed AT Protocol records.
 
 pub mod cli;
+pub mod device;
 pub mod lexicon;
 pub mod model;
 pub mod repo;

@@ -1,0 +1,795 @@
+//! A device of the account: its keyring kept across restarts, on top of one
+//! data folder (`--data`).
+//!
+//! **What lives where.** The device's X25519 secret stays in `device.key`
+//! (0600) and its pairing state in `device.json` (0600), both in the data
+//! folder and never in the repository (see [`state`]). Everything public —
+//! device records, key wraps, admissions — is a repository record
+//! (`chat.gel.assistant.device`, `chat.gel.assistant.keyWrap`) written
+//! through [`Repository::apply`], so it travels with the repository like
+//! any other record (see [`records`]). No unwrapped key is kept on disk:
+//! [`Device::open`] re-derives the [`Keyring`] from the records, the device
+//! secret and the pairing secret at every open.
+//!
+//! **Flow.** The first device runs [`init`]: it makes the account key
+//! (epoch 0) and admits itself by pairing with its own code (so it, like
+//! every later device, re-opens the account key from a pairing wrap). A new
+//! device runs [`pair`] and shows the code; an admitted device runs
+//! [`approve`] with it, which writes the new device's `device` record (found
+//! by public key if it is already there), the pairing wrap and the
+//! admission. The new device then takes the records in with [`join`].
+//! [`remove`] starts a new account epoch without the removed device.
+//!
+//! **Until sync exists** the repository is signed by one store (the first
+//! device's), and other devices hold a read-only copy of it, refreshed from
+//! that store's CAR export ([`join`] with the file, through
+//! [`Repository::refresh`]). They can open everything they were admitted to
+//! but write nothing. Sync with a PDS replaces the file: every device pulls
+//! and pushes the same repository, and a new device writes its own `device`
+//! record.
+
+pub mod records;
+pub mod state;
+
+use std::fs::File;
+use std::io::BufReader;
+use std::path::Path;
+
+use rand_core::CryptoRng;
+use serde_json::Value;
+
+use self::records::{DEVICE_COLLECTION, DeviceEntry, KeyRecords, device_to_value, wrap_writes};
+use self::state::{DeviceState, load_device_key, load_or_create_device_key};
+use crate::model::{ipld_to_json, record_from_json};
+use crate::repo::repository::{
+    CommitInfo, ImportOptions, ImportStats, Refresh, RepoError, Repository, Write,
+};
+use crate::repo::tid::TidClock;
+use crate::seal::{
+    AbsorbReport, DeviceKey, Keyring, Opened, PairingCode, Place, Recipient, SealError,
+    SealOptions, open_record, pair_request, seal_record,
+};
+
+/// Why a device operation failed. Nothing was written when one returns an
+/// error, except where the variant says so.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeviceError {
+    /// The data folder has no device key.
+    #[error(
+        "no device in {path}; run `gelstore device init` (first device of an account) or `gelstore device pair` (a new device)"
+    )]
+    NoDevice {
+        /// The data folder.
+        path: String,
+    },
+    /// The device waits for its pairing to be approved and taken in.
+    #[error(
+        "this device is not paired yet: approve its code ({code_hint}…) with `gelstore device approve` on a paired device, export that device's repository, and run `gelstore device join --from FILE.car` here"
+    )]
+    NotPaired {
+        /// The start of the pending code (public part only).
+        code_hint: String,
+    },
+    /// `device pair` on a device that is already admitted.
+    #[error("this device is already paired, as {device}")]
+    AlreadyPaired {
+        /// Its record key.
+        device: String,
+    },
+    /// `device init` where the account already has devices.
+    #[error(
+        "the repository of {did} already has paired devices; pair this device with `gelstore device pair` instead"
+    )]
+    AccountExists {
+        /// The account DID.
+        did: String,
+    },
+    /// A write on a read-only copy of the repository.
+    #[error(
+        "this data folder holds a read-only copy of {did}'s repository (taken in with `device join`); run this on the device that holds the repository (until sync exists)"
+    )]
+    ReadOnlyCopy {
+        /// The account DID.
+        did: String,
+    },
+    /// `device join` found no approval for this device in the records. The
+    /// copy of the repository it took in is kept (it is refreshed again by
+    /// the next `join`).
+    #[error("not approved: {detail}")]
+    NotApproved {
+        /// What was looked for.
+        detail: String,
+    },
+    /// The code given to `device approve` is this device's own.
+    #[error("this is this device's own pairing code; approve it on another, already paired device")]
+    OwnCode,
+    /// A record to open or seal is not in the repository.
+    #[error("record {path} does not exist")]
+    RecordNotFound {
+        /// `collection/rkey`.
+        path: String,
+    },
+    /// The state file is unreadable or malformed.
+    #[error("device state file {path}: {reason}")]
+    StateFile {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A record could not be built from its generated type.
+    #[error("cannot build a {collection} record: {reason}")]
+    Record {
+        /// Its collection.
+        collection: &'static str,
+        /// Why.
+        reason: String,
+    },
+    /// Sealing, opening, pairing or a keyring operation failed.
+    #[error(transparent)]
+    Seal(#[from] SealError),
+    /// The repository failed.
+    #[error(transparent)]
+    Repo(Box<RepoError>),
+    /// Reading an input file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+}
+
+impl From<RepoError> for DeviceError {
+    fn from(e: RepoError) -> Self {
+        DeviceError::Repo(Box::new(e))
+    }
+}
+
+/// An admitted device: the repository of its data folder and the keyring
+/// re-derived from its records.
+pub struct Device {
+    repo: Repository,
+    keyring: Keyring,
+    records: KeyRecords,
+    report: AbsorbReport,
+}
+
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device")
+            .field("repo", &self.repo)
+            .field("keyring", &self.keyring)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One record to seal and write with [`Device::apply_sealed`].
+#[derive(Debug, Clone)]
+pub struct SealedWrite {
+    /// Collection NSID (`chat.gel.assistant.chat` or `.message`).
+    pub collection: String,
+    /// Record key.
+    pub rkey: String,
+    /// The record key of the chat it belongs to (the chat's own for a chat
+    /// record): the chat key is chosen by it.
+    pub chat: String,
+    /// The record's clear fields as atproto JSON, with `$type` (any sealed
+    /// field in it is replaced).
+    pub record: Value,
+    /// What to seal, as atproto JSON (a `plainContent` for a message, the
+    /// `sealedFields` for a chat).
+    pub content: Value,
+    /// Create the record (the key must be free), or replace it.
+    pub update: bool,
+}
+
+/// What [`init`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InitOutcome {
+    /// This device's record key.
+    pub device: String,
+    /// The account DID.
+    pub did: String,
+    /// Whether anything was made (false: it was already set up).
+    pub created: bool,
+}
+
+/// What [`pair`] did.
+#[derive(Debug, Clone)]
+pub struct PairOutcome {
+    /// The code to show.
+    pub code: PairingCode,
+    /// Whether the code was made now (false: the pending one again).
+    pub created: bool,
+}
+
+/// What [`approve`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApproveOutcome {
+    /// The new device's record key.
+    pub device: String,
+    /// Whether a `device` record was written for it (false: one with its
+    /// public key was there).
+    pub record_created: bool,
+    /// Whether it was admitted already (nothing written).
+    pub already_admitted: bool,
+    /// The account epoch it was admitted to.
+    pub epoch: u64,
+}
+
+/// What [`join`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JoinOutcome {
+    /// This device's record key.
+    pub device: String,
+    /// The account DID.
+    pub did: String,
+    /// Whether this join admitted the device (false: it was, and only the
+    /// copy was refreshed).
+    pub newly_paired: bool,
+    /// How the copy was updated.
+    pub refresh: Refresh,
+    /// Records in the copy.
+    pub records: u64,
+    /// The newest account epoch this device holds.
+    pub epoch: u64,
+    /// The newest epoch the records mention; above `epoch`, this device was
+    /// removed (or its rotation wrap is missing).
+    pub newest_epoch: u64,
+}
+
+/// A device record and what the keyring says of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceListing {
+    /// The record.
+    pub entry: DeviceEntry,
+    /// Its standing.
+    pub status: DeviceStatus,
+    /// Whether it is this device.
+    pub this: bool,
+}
+
+/// A device's standing in the account.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceStatus {
+    /// Admitted in the current epoch, with the record's public key.
+    Admitted,
+    /// Admitted in an earlier epoch, not in the current one.
+    Removed,
+    /// Never admitted (as far as this device can open): a record only.
+    NotAdmitted,
+    /// Admitted under another public key than its record now names.
+    KeyMismatch,
+}
+
+impl DeviceStatus {
+    /// The word `device ls` prints.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceStatus::Admitted => "admitted",
+            DeviceStatus::Removed => "removed",
+            DeviceStatus::NotAdmitted => "not-admitted",
+            DeviceStatus::KeyMismatch => "key-mismatch",
+        }
+    }
+}
+
+impl Device {
+    /// Opens the admitted device of data folder `dir`: its repository, and
+    /// its keyring re-derived from the repository's records with the device
+    /// and pairing secrets.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Device, DeviceError> {
+        let dir = dir.as_ref();
+        let key = load_device_key(dir)?;
+        let state = admitted_state(dir)?;
+        let repo = Repository::open(dir)?;
+        Device::build(repo, key, state)
+    }
+
+    fn build(repo: Repository, key: DeviceKey, state: DeviceState) -> Result<Device, DeviceError> {
+        let records = KeyRecords::read(&repo)?;
+        let (Some(device), Some(account)) = (&state.device, &state.account_key_id) else {
+            return Err(not_paired(&state));
+        };
+        let (keyring, report) = Keyring::rejoin(
+            repo.did(),
+            device,
+            key,
+            &state.request(),
+            account,
+            &records.wraps,
+        )?;
+        Ok(Device {
+            repo,
+            keyring,
+            records,
+            report,
+        })
+    }
+
+    /// The repository.
+    pub fn repo(&self) -> &Repository {
+        &self.repo
+    }
+
+    /// The keyring.
+    pub fn keyring(&self) -> &Keyring {
+        &self.keyring
+    }
+
+    /// This device's record key.
+    pub fn id(&self) -> &str {
+        self.keyring.device_id()
+    }
+
+    /// What re-deriving the keyring refused or skipped: wraps addressed to
+    /// this device's keys that did not open (forged or damaged).
+    pub fn absorb_report(&self) -> &AbsorbReport {
+        &self.report
+    }
+
+    /// Records of the device and keyWrap collections that did not decode.
+    pub fn skipped_records(&self) -> &[String] {
+        &self.records.skipped
+    }
+
+    /// The newest account epoch the records mention. Above
+    /// `keyring().account_epoch()`, this device has been removed.
+    pub fn newest_epoch(&self) -> u64 {
+        self.records
+            .newest_epoch()
+            .unwrap_or(0)
+            .max(self.keyring.account_epoch())
+    }
+
+    /// Whether the records show a newer account epoch than this device holds
+    /// (it was removed, or its rotation wrap has not arrived).
+    pub fn is_behind(&self) -> bool {
+        self.newest_epoch() > self.keyring.account_epoch()
+    }
+
+    /// Every device record with its standing, in record key order.
+    pub fn list(&self) -> Vec<DeviceListing> {
+        let epoch = self.keyring.account_epoch();
+        let current = self.keyring.devices();
+        self.records
+            .devices
+            .iter()
+            .map(|entry| {
+                let earlier = (0..epoch)
+                    .rev()
+                    .find_map(|e| self.keyring.devices_at(e).get(&entry.id).copied());
+                let status = match (current.get(&entry.id), earlier) {
+                    (Some(k), _) if *k == entry.public_key => DeviceStatus::Admitted,
+                    (Some(_), _) => DeviceStatus::KeyMismatch,
+                    (None, Some(k)) if k == entry.public_key => DeviceStatus::Removed,
+                    (None, Some(_)) => DeviceStatus::KeyMismatch,
+                    (None, None) => DeviceStatus::NotAdmitted,
+                };
+                DeviceListing {
+                    this: entry.id == self.id(),
+                    entry: entry.clone(),
+                    status,
+                }
+            })
+            .collect()
+    }
+
+    /// Seals each item with its chat's key (made, and wrapped to the account
+    /// key, on first use in the current epoch) and applies the records, with
+    /// the wraps of any new chat keys, as one signed commit. The keyring
+    /// changes only if the commit lands.
+    pub fn apply_sealed(
+        &mut self,
+        items: &[SealedWrite],
+        rng: &mut impl CryptoRng,
+    ) -> Result<CommitInfo, DeviceError> {
+        self.writable()?;
+        let mut keyring = self.keyring.clone();
+        let mut wraps = Vec::new();
+        let mut writes = Vec::new();
+        for item in items {
+            let (key, wrap) = keyring.chat_key_for_seal(&item.chat, rng)?;
+            wraps.extend(wrap);
+            let record = record_from_json(&item.record)
+                .map_err(|e| SealError::malformed("record", e.to_string()))?;
+            let content = record_from_json(&item.content)
+                .map_err(|e| SealError::invalid_plaintext(format!("content: {e}")))?;
+            let place = Place {
+                did: self.repo.did(),
+                collection: &item.collection,
+                rkey: &item.rkey,
+            };
+            let sealed = seal_record(
+                &record,
+                &place,
+                &content,
+                &[],
+                &key,
+                &SealOptions::default(),
+                rng,
+            )?;
+            let value =
+                ipld_to_json(&sealed).map_err(|e| SealError::malformed("record", e.to_string()))?;
+            writes.push(if item.update {
+                Write::update(&item.collection, &item.rkey, value)
+            } else {
+                Write::create(&item.collection, &item.rkey, value)
+            });
+        }
+        let mut all = wrap_writes(&wraps, &mut TidClock::new())?;
+        all.extend(writes);
+        self.commit(keyring, &all, wraps)
+    }
+
+    /// Opens the sealed field of the record at `collection/rkey`.
+    pub fn open_sealed(&self, collection: &str, rkey: &str) -> Result<Opened, DeviceError> {
+        let entry =
+            self.repo
+                .get(collection, rkey)?
+                .ok_or_else(|| DeviceError::RecordNotFound {
+                    path: format!("{collection}/{rkey}"),
+                })?;
+        let record = record_from_json(&entry.value)
+            .map_err(|e| SealError::malformed("record", e.to_string()))?;
+        let place = Place {
+            did: self.repo.did(),
+            collection,
+            rkey,
+        };
+        Ok(open_record(&record, &place, &self.keyring)?)
+    }
+
+    /// Opens the sealed field as atproto JSON.
+    pub fn open_sealed_json(&self, collection: &str, rkey: &str) -> Result<Value, DeviceError> {
+        let opened = self.open_sealed(collection, rkey)?;
+        ipld_to_json(&opened.content)
+            .map_err(|e| SealError::invalid_plaintext(e.to_string()).into())
+    }
+
+    fn writable(&self) -> Result<(), DeviceError> {
+        if self.repo.is_writable() {
+            Ok(())
+        } else {
+            Err(DeviceError::ReadOnlyCopy {
+                did: self.repo.did().to_string(),
+            })
+        }
+    }
+
+    /// Applies `writes` made with a changed copy of the keyring, and keeps
+    /// that copy only if they land.
+    fn commit(
+        &mut self,
+        keyring: Keyring,
+        writes: &[Write],
+        wraps: Vec<crate::seal::KeyWrap>,
+    ) -> Result<CommitInfo, DeviceError> {
+        let info = self.repo.apply(writes)?;
+        self.keyring = keyring;
+        self.records.wraps.extend(wraps);
+        Ok(info)
+    }
+}
+
+fn not_paired(state: &DeviceState) -> DeviceError {
+    let code = state.pairing.to_string();
+    // The public key's first characters only: never the secret.
+    DeviceError::NotPaired {
+        code_hint: code.chars().take(14).collect(),
+    }
+}
+
+fn admitted_state(dir: &Path) -> Result<DeviceState, DeviceError> {
+    match DeviceState::load(dir)? {
+        Some(state) if state.is_admitted() => Ok(state),
+        Some(state) => Err(not_paired(&state)),
+        None => Err(DeviceError::NoDevice {
+            path: dir.display().to_string(),
+        }),
+    }
+}
+
+/// Sets up the first device of an account in data folder `dir`: the
+/// repository and its identity if missing, the device key, the account key
+/// (epoch 0), and the records (the device's `device` record, its admission
+/// and its pairing wrap). Idempotent: on a device already set up it changes
+/// nothing. Refused where the repository already has paired devices.
+pub fn init(
+    dir: impl AsRef<Path>,
+    name: Option<&str>,
+    rng: &mut impl CryptoRng,
+) -> Result<InitOutcome, DeviceError> {
+    let dir = dir.as_ref();
+    let state = DeviceState::load(dir)?;
+    if let Some(state) = &state
+        && state.is_admitted()
+    {
+        let device = Device::open(dir)?;
+        return Ok(InitOutcome {
+            device: device.id().to_string(),
+            did: device.repo.did().to_string(),
+            created: false,
+        });
+    }
+    let mut repo = Repository::init(dir)?;
+    if !repo.is_writable() {
+        return Err(DeviceError::ReadOnlyCopy {
+            did: repo.did().to_string(),
+        });
+    }
+    let (key, _) = load_or_create_device_key(dir, rng)?;
+    let records = KeyRecords::read(&repo)?;
+    let mut state = match state {
+        Some(s) => s,
+        None => DeviceState {
+            pairing: pair_request(&key, rng).code().clone(),
+            device: None,
+            account_key_id: None,
+        },
+    };
+    if state.pairing.public_key != key.public_key() {
+        return Err(DeviceError::StateFile {
+            path: state::device_state_path(dir).display().to_string(),
+            reason: "its pairing code is for another device key than device.key".into(),
+        });
+    }
+    // A crash after the records landed but before the state was saved:
+    // take the approval in from the records.
+    if let Some(id) = &state.device
+        && let Ok((ring, _)) = Keyring::join(
+            repo.did(),
+            id,
+            key.clone(),
+            &state.request(),
+            &records.wraps,
+        )
+    {
+        state.account_key_id = Some(ring.admitted_with().to_string());
+        state.save(dir)?;
+        return Ok(InitOutcome {
+            device: id.clone(),
+            did: repo.did().to_string(),
+            created: true,
+        });
+    }
+    if !records.wraps.is_empty() {
+        return Err(DeviceError::AccountExists {
+            did: repo.did().to_string(),
+        });
+    }
+    let mut clock = TidClock::new();
+    let id = match &state.device {
+        Some(id) => id.clone(),
+        None => clock.next_tid().map_err(RepoError::from)?.to_string(),
+    };
+    state.device = Some(id.clone());
+    state.save(dir)?;
+
+    let (mut ring, mut wraps) = Keyring::create(repo.did(), &id, key.clone(), rng)?;
+    // The first device admits itself through its own pairing code, so it
+    // re-opens the account key from the records like any other device.
+    let own = ring.approve(&state.pairing, &id, rng)?;
+    wraps.extend(
+        own.into_iter()
+            .filter(|w| matches!(&w.recipient, Recipient::Device { .. })),
+    );
+    let mut writes = Vec::new();
+    if records.devices_with_key(&key.public_key()).is_empty() {
+        writes.push(Write::create(
+            DEVICE_COLLECTION,
+            &id,
+            device_to_value(&key.public_key(), name)?,
+        ));
+    }
+    writes.extend(wrap_writes(&wraps, &mut clock)?);
+    repo.apply(&writes)?;
+    state.account_key_id = Some(ring.admitted_with().to_string());
+    state.save(dir)?;
+    Ok(InitOutcome {
+        device: id,
+        did: repo.did().to_string(),
+        created: true,
+    })
+}
+
+/// Starts pairing a new device in data folder `dir`: makes the device key
+/// if missing and a pairing code, kept (with its secret) in `device.json`
+/// until the approval is taken in. Asked again while pending, returns the
+/// same code. Needs no repository.
+pub fn pair(dir: impl AsRef<Path>, rng: &mut impl CryptoRng) -> Result<PairOutcome, DeviceError> {
+    let dir = dir.as_ref();
+    crate::repo::identity::create_private_dir(dir).map_err(RepoError::from)?;
+    let state = DeviceState::load(dir)?;
+    if let Some(state) = &state {
+        if let (true, Some(device)) = (state.is_admitted(), &state.device) {
+            return Err(DeviceError::AlreadyPaired {
+                device: device.clone(),
+            });
+        }
+        let key = load_device_key(dir)?;
+        if state.pairing.public_key != key.public_key() {
+            return Err(DeviceError::StateFile {
+                path: state::device_state_path(dir).display().to_string(),
+                reason: "its pairing code is for another device key than device.key".into(),
+            });
+        }
+        return Ok(PairOutcome {
+            code: state.pairing.clone(),
+            created: false,
+        });
+    }
+    let (key, _) = load_or_create_device_key(dir, rng)?;
+    let code = pair_request(&key, rng).code().clone();
+    DeviceState {
+        pairing: code.clone(),
+        device: None,
+        account_key_id: None,
+    }
+    .save(dir)?;
+    Ok(PairOutcome {
+        code,
+        created: true,
+    })
+}
+
+/// Approves a new device on the admitted device of `dir`: finds (or
+/// writes) the `device` record with the code's public key, wraps the
+/// current account key to it with the pairing secret, and admits it.
+pub fn approve(
+    dir: impl AsRef<Path>,
+    code: &PairingCode,
+    name: Option<&str>,
+    rng: &mut impl CryptoRng,
+) -> Result<ApproveOutcome, DeviceError> {
+    let mut device = Device::open(dir)?;
+    device.writable()?;
+    if code.public_key == device.keyring.device_public_key() {
+        return Err(DeviceError::OwnCode);
+    }
+    let epoch = device.keyring.account_epoch();
+    let existing = device
+        .records
+        .devices_with_key(&code.public_key)
+        .first()
+        .map(|d| d.id.clone());
+    let mut clock = TidClock::new();
+    let mut writes = Vec::new();
+    let id = match existing {
+        Some(id) => {
+            if device.keyring.devices().get(&id) == Some(&code.public_key) {
+                return Ok(ApproveOutcome {
+                    device: id,
+                    record_created: false,
+                    already_admitted: true,
+                    epoch,
+                });
+            }
+            id
+        }
+        None => {
+            let id = clock.next_tid().map_err(RepoError::from)?.to_string();
+            writes.push(Write::create(
+                DEVICE_COLLECTION,
+                &id,
+                device_to_value(&code.public_key, name)?,
+            ));
+            id
+        }
+    };
+    let record_created = !writes.is_empty();
+    let mut keyring = device.keyring.clone();
+    let wraps = keyring.approve(code, &id, rng)?;
+    writes.extend(wrap_writes(&wraps, &mut clock)?);
+    device.commit(keyring, &writes, wraps)?;
+    Ok(ApproveOutcome {
+        device: id,
+        record_created,
+        already_admitted: false,
+        epoch,
+    })
+}
+
+/// Takes the account's records into the new (or already paired) device of
+/// `dir` from a CAR exported by the store that holds the repository: the
+/// read-only copy is imported or refreshed ([`Repository::refresh`]), and a
+/// pending pairing is completed from the pairing wrap addressed to this
+/// device's record. Until sync exists, this is how records reach a second
+/// device.
+pub fn join(dir: impl AsRef<Path>, car: &Path) -> Result<JoinOutcome, DeviceError> {
+    let dir = dir.as_ref();
+    let mut state = match DeviceState::load(dir)? {
+        Some(s) => s,
+        None => {
+            return Err(DeviceError::NoDevice {
+                path: dir.display().to_string(),
+            });
+        }
+    };
+    let key = load_device_key(dir)?;
+    let file = File::open(car).map_err(|source| DeviceError::Io {
+        path: car.display().to_string(),
+        source,
+    })?;
+    let (repo, _stats, refresh): (Repository, ImportStats, Refresh) =
+        Repository::refresh(dir, BufReader::new(file), &ImportOptions::default())?;
+    let newly_paired = !state.is_admitted();
+    if newly_paired {
+        let records = KeyRecords::read(&repo)?;
+        let candidates: Vec<String> = match &state.device {
+            Some(id) => vec![id.clone()],
+            None => records
+                .devices_with_key(&key.public_key())
+                .iter()
+                .map(|d| d.id.clone())
+                .collect(),
+        };
+        if candidates.is_empty() {
+            return Err(DeviceError::NotApproved {
+                detail: format!(
+                    "the repository of {} has no device record with this device's public key; approve this device's code on a paired device, then export its repository again",
+                    repo.did()
+                ),
+            });
+        }
+        let mut last = None;
+        for id in candidates {
+            match Keyring::join(
+                repo.did(),
+                &id,
+                key.clone(),
+                &state.request(),
+                &records.wraps,
+            ) {
+                Ok((ring, _)) => {
+                    state.device = Some(id);
+                    state.account_key_id = Some(ring.admitted_with().to_string());
+                    last = None;
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        if let Some(e) = last {
+            return Err(match e {
+                SealError::NotRecipient { .. } => DeviceError::NotApproved {
+                    detail: "no pairing wrap is addressed to this device's record yet; approve its code on a paired device, then export that device's repository again".into(),
+                },
+                other => other.into(),
+            });
+        }
+        state.save(dir)?;
+    }
+    let records = repo.record_count();
+    let device = Device::build(repo, key, state)?;
+    Ok(JoinOutcome {
+        device: device.id().to_string(),
+        did: device.repo.did().to_string(),
+        newly_paired,
+        refresh,
+        records,
+        epoch: device.keyring.account_epoch(),
+        newest_epoch: device.newest_epoch(),
+    })
+}
+
+/// Removes device `id` on the admitted device of `dir`: starts the next
+/// account epoch, wrapped to every other admitted device; later seals use
+/// keys the removed device never gets. Returns the new epoch.
+pub fn remove(
+    dir: impl AsRef<Path>,
+    id: &str,
+    rng: &mut impl CryptoRng,
+) -> Result<u64, DeviceError> {
+    let mut device = Device::open(dir)?;
+    device.writable()?;
+    let mut keyring = device.keyring.clone();
+    let wraps = keyring.remove_device(id, rng)?;
+    let epoch = keyring.account_epoch();
+    let writes = wrap_writes(&wraps, &mut TidClock::new())?;
+    device.commit(keyring, &writes, wraps)?;
+    Ok(epoch)
+}

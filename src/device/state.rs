@@ -1,0 +1,228 @@
+//! The device's own files in the data folder, beside the repository:
+//!
+//! ```text
+//! device.key    the X25519 device secret (seal::DeviceKey::save), mode 0600
+//! device.json   the pairing state, mode 0600:
+//!               {"version": 1, "pairingCode": "gp1-…", "device": "<rkey>" | null,
+//!                "accountKeyId": "account:<epoch>:<hex>" | null}
+//! ```
+//!
+//! `pairingCode` is the code (public key and one-time secret) this device
+//! was admitted with: shown to the user by `device pair`, or, on the first
+//! device, made by `device init` to admit itself. With the device secret it
+//! re-opens the pairing wrap addressed to `device`, pinned to
+//! `accountKeyId`, so the keyring is re-derived from the records at every
+//! open and no unwrapped key is ever cached on disk. `device` and
+//! `accountKeyId` are null while a pairing waits for its approval.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroizing;
+
+use super::DeviceError;
+use crate::seal::{DeviceKey, PairingCode, PairingRequest};
+
+/// The device key file's name inside a data folder.
+pub const DEVICE_KEY_FILE: &str = "device.key";
+/// The pairing state file's name inside a data folder.
+pub const DEVICE_STATE_FILE: &str = "device.json";
+/// The state file format version.
+const STATE_VERSION: u64 = 1;
+/// Largest state file read.
+const MAX_STATE_BYTES: u64 = 16 * 1024;
+
+/// The device key file of data folder `dir`.
+pub fn device_key_path(dir: &Path) -> PathBuf {
+    dir.join(DEVICE_KEY_FILE)
+}
+
+/// The state file of data folder `dir`.
+pub fn device_state_path(dir: &Path) -> PathBuf {
+    dir.join(DEVICE_STATE_FILE)
+}
+
+/// What `device.json` holds.
+#[derive(Clone)]
+pub struct DeviceState {
+    /// The code (with its secret) this device was or will be admitted with.
+    pub pairing: PairingCode,
+    /// This device's record key, once known.
+    pub device: Option<String>,
+    /// The keyId of the account key the pairing wrap carries, once admitted.
+    pub account_key_id: Option<String>,
+}
+
+impl std::fmt::Debug for DeviceState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceState")
+            .field("device", &self.device)
+            .field("account_key_id", &self.account_key_id)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StateFile {
+    version: u64,
+    pairing_code: String,
+    device: Option<String>,
+    account_key_id: Option<String>,
+}
+
+impl DeviceState {
+    /// The pairing request this state keeps.
+    pub fn request(&self) -> PairingRequest {
+        PairingRequest::from_code(self.pairing.clone())
+    }
+
+    /// Whether an approval has been taken in.
+    pub fn is_admitted(&self) -> bool {
+        self.device.is_some() && self.account_key_id.is_some()
+    }
+
+    /// Reads `device.json` of `dir`, if there is one. Refuses a file that
+    /// group or others may read or write, and anything malformed.
+    pub fn load(dir: &Path) -> Result<Option<DeviceState>, DeviceError> {
+        let path = device_state_path(dir);
+        let err = |reason: String| DeviceError::StateFile {
+            path: path.display().to_string(),
+            reason,
+        };
+        let meta = match fs::metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(err(e.to_string())),
+        };
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                return Err(err(format!(
+                    "mode {mode:03o} lets other users read or change it; run `chmod 600` on it"
+                )));
+            }
+        }
+        if meta.len() > MAX_STATE_BYTES {
+            return Err(err("too large to be a device state file".into()));
+        }
+        let text = Zeroizing::new(fs::read_to_string(&path).map_err(|e| err(e.to_string()))?);
+        let StateFile {
+            version,
+            pairing_code,
+            device,
+            account_key_id,
+        } = serde_json::from_str(&text).map_err(|e| err(format!("not valid JSON state: {e}")))?;
+        let pairing_code = Zeroizing::new(pairing_code);
+        if version != STATE_VERSION {
+            return Err(err(format!(
+                "version {version} (this build reads version {STATE_VERSION})"
+            )));
+        }
+        let pairing: PairingCode = pairing_code
+            .parse()
+            .map_err(|e| err(format!("pairingCode: {e}")))?;
+        for (name, value) in [("device", &device), ("accountKeyId", &account_key_id)] {
+            if value
+                .as_ref()
+                .is_some_and(|v| v.is_empty() || v.len() > 512)
+            {
+                return Err(err(format!("{name} is empty or too long")));
+            }
+        }
+        if let Some(device) = &device {
+            gelstore_codegen::syntax::check_record_key(device)
+                .map_err(|e| err(format!("device is not a record key: {}", e.reason)))?;
+        }
+        Ok(Some(DeviceState {
+            pairing,
+            device,
+            account_key_id,
+        }))
+    }
+
+    /// Writes `device.json` of `dir` atomically (a 0600 file beside it,
+    /// synced, then renamed over it).
+    pub fn save(&self, dir: &Path) -> Result<(), DeviceError> {
+        let path = device_state_path(dir);
+        let err = |reason: String| DeviceError::StateFile {
+            path: path.display().to_string(),
+            reason,
+        };
+        let file = StateFile {
+            version: STATE_VERSION,
+            pairing_code: self.pairing.to_string(),
+            device: self.device.clone(),
+            account_key_id: self.account_key_id.clone(),
+        };
+        let text = serde_json::to_string_pretty(&file);
+        drop(Zeroizing::new(file.pairing_code));
+        let mut text = Zeroizing::new(text.map_err(|e| err(e.to_string()))?);
+        text.push('\n');
+        let tmp = dir.join(format!(".{DEVICE_STATE_FILE}.tmp"));
+        let _ = fs::remove_file(&tmp);
+        let mut options = fs::OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            options.mode(0o600);
+        }
+        let result = options
+            .open(&tmp)
+            .and_then(|mut f| {
+                f.write_all(text.as_bytes())?;
+                f.sync_all()
+            })
+            .and_then(|()| fs::rename(&tmp, &path))
+            .and_then(|()| sync_dir(dir));
+        if let Err(e) = result {
+            let _ = fs::remove_file(&tmp);
+            return Err(err(e.to_string()));
+        }
+        Ok(())
+    }
+}
+
+/// Loads the device key of `dir`, or makes and saves one (0600) if there is
+/// none. Returns the key and whether it was made.
+pub fn load_or_create_device_key(
+    dir: &Path,
+    rng: &mut impl rand_core::CryptoRng,
+) -> Result<(DeviceKey, bool), DeviceError> {
+    let path = device_key_path(dir);
+    if path.exists() {
+        return Ok((DeviceKey::load(&path)?, false));
+    }
+    let key = DeviceKey::generate(rng);
+    key.save(&path)?;
+    sync_dir(dir).map_err(|e| DeviceError::StateFile {
+        path: dir.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok((key, true))
+}
+
+/// Loads the device key of `dir`; a missing one means no device was set up.
+pub fn load_device_key(dir: &Path) -> Result<DeviceKey, DeviceError> {
+    let path = device_key_path(dir);
+    if !path.exists() {
+        return Err(DeviceError::NoDevice {
+            path: dir.display().to_string(),
+        });
+    }
+    Ok(DeviceKey::load(&path)?)
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        fs::File::open(dir)?.sync_all()?;
+    }
+    let _ = dir;
+    Ok(())
+}
