@@ -1,6 +1,7 @@
 //! The `gelstore` command line: argument parsing and dispatch. Each command
 //! group lives in its own module; they share the report printer in `report`.
 
+mod device;
 mod lex;
 mod repo;
 mod report;
@@ -37,7 +38,8 @@ impl From<Outcome> for ExitCode {
     long_about = None
 )]
 pub struct Cli {
-    /// The data folder: the repository store and the identity key.
+    /// The data folder: the repository store, the identity key and the
+    /// device's keys.
     #[arg(
         long,
         global = true,
@@ -57,6 +59,10 @@ pub enum Command {
     /// The local repository: init, apply writes, read, export/import CARs.
     #[command(subcommand)]
     Repo(repo::RepoCommand),
+    /// This device's keys and the account's devices: init, pair, approve,
+    /// join, ls, remove.
+    #[command(subcommand)]
+    Device(device::DeviceCommand),
 }
 
 /// Output style shared by every reporting command.
@@ -75,5 +81,6 @@ pub fn run(cli: Cli) -> Outcome {
     match cli.command {
         Command::Lex(cmd) => lex::run(cmd),
         Command::Repo(cmd) => repo::run(&cli.data, cmd),
+        Command::Device(cmd) => device::run(&cli.data, cmd),
     }
 }

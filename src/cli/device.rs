@@ -1,0 +1,339 @@
+//! `gelstore device …`: this device's keys and the account's devices (on the
+//! global `--data` folder).
+//!
+//! Exit codes: 0 success; 1 the operation was refused (a bad pairing code,
+//! a device not approved yet, a read-only copy, an unknown device, a CAR
+//! that does not verify), with a message on stderr and nothing changed; 2
+//! usage, or an environment failure (I/O, a key file others can read, the
+//! store locked by another process).
+
+use std::io::{self, Write as _};
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use super::{Format, Outcome};
+use crate::device::{self, DeviceError, DeviceListing};
+use crate::repo::car::CarError;
+use crate::repo::identity::IdentityError;
+use crate::repo::repository::Refresh;
+use crate::repo::repository::RepoError;
+use crate::seal::{PairingCode, SealError, os_rng};
+
+#[derive(Subcommand, Debug)]
+pub enum DeviceCommand {
+    /// Set up the first device of an account: the device key, the account
+    /// key and their records (and the repository, if missing). Idempotent;
+    /// prints this device's id.
+    Init(InitArgs),
+    /// On a new device: make its key and print a pairing code to approve on
+    /// a paired device. Prints the same code until the pairing completes.
+    Pair(FormatArg),
+    /// On a paired device: admit the new device whose code is given; prints
+    /// its id.
+    Approve(ApproveArgs),
+    /// On the new device: take in the account's records from a CAR exported
+    /// by the device that holds the repository (`gelstore repo export`),
+    /// completing a pending pairing. Run it again with a newer export to
+    /// refresh the copy.
+    Join(JoinArgs),
+    /// List the account's devices: which are admitted, and the current
+    /// account epoch.
+    Ls(FormatArg),
+    /// Remove a device: start a new account-key epoch without it. Records
+    /// sealed from then on use keys it never gets.
+    Remove(RemoveArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct FormatArg {
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// What to call this device (in its `device` record).
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct ApproveArgs {
+    /// The pairing code the new device shows (`gp1-…`).
+    pub code: String,
+    /// What to call the new device (in its `device` record).
+    #[arg(long)]
+    pub name: Option<String>,
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct JoinArgs {
+    /// The repository CAR exported by the device that holds the repository.
+    #[arg(long, value_name = "FILE.car")]
+    pub from: PathBuf,
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct RemoveArgs {
+    /// The device's id (its record key, as `device ls` shows it).
+    pub id: String,
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+/// A failure, with the exit status it maps to.
+struct Failure {
+    outcome: Outcome,
+    message: String,
+}
+
+impl From<DeviceError> for Failure {
+    fn from(e: DeviceError) -> Self {
+        let environment = match &e {
+            DeviceError::Io { .. }
+            | DeviceError::StateFile { .. }
+            | DeviceError::Seal(SealError::KeyFile { .. }) => true,
+            DeviceError::Repo(repo) => matches!(
+                **repo,
+                RepoError::Engine(_)
+                    | RepoError::Identity(IdentityError::Io { .. })
+                    | RepoError::Identity(IdentityError::Permissions { .. })
+                    | RepoError::Car(CarError::Io(_))
+            ),
+            _ => false,
+        };
+        Failure {
+            outcome: if environment {
+                Outcome::Failed
+            } else {
+                Outcome::Findings
+            },
+            message: e.to_string(),
+        }
+    }
+}
+
+type Result<T> = std::result::Result<T, Failure>;
+
+pub fn run(data: &Path, cmd: DeviceCommand) -> Outcome {
+    let result = match cmd {
+        DeviceCommand::Init(a) => init(data, a),
+        DeviceCommand::Pair(a) => pair(data, a.format),
+        DeviceCommand::Approve(a) => approve(data, a),
+        DeviceCommand::Join(a) => join(data, a),
+        DeviceCommand::Ls(a) => ls(data, a.format),
+        DeviceCommand::Remove(a) => remove(data, a),
+    };
+    match result {
+        Ok(()) => Outcome::Clean,
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            f.outcome
+        }
+    }
+}
+
+/// Prints one line to stdout; a closed stdout (`| head`) is not an error.
+fn say(line: impl std::fmt::Display) {
+    let _ = writeln!(io::stdout().lock(), "{line}");
+}
+
+fn init(data: &Path, args: InitArgs) -> Result<()> {
+    let out = device::init(data, args.name.as_deref(), &mut os_rng())?;
+    match args.format {
+        Format::Human => {
+            say(&out.device);
+            if out.created {
+                eprintln!(
+                    "device {} set up for {} (account epoch 0)",
+                    out.device, out.did
+                );
+            } else {
+                eprintln!("device {} was already set up for {}", out.device, out.did);
+            }
+        }
+        Format::Json => say(json!({
+            "device": out.device,
+            "did": out.did,
+            "created": out.created,
+        })),
+    }
+    Ok(())
+}
+
+fn pair(data: &Path, format: Format) -> Result<()> {
+    let out = device::pair(data, &mut os_rng())?;
+    match format {
+        Format::Human => {
+            say(&out.code);
+            eprintln!(
+                "approve this code on a paired device: gelstore device approve {}",
+                out.code
+            );
+            eprintln!(
+                "then export that device's repository (gelstore repo export --out FILE.car) and run here: gelstore device join --from FILE.car"
+            );
+        }
+        Format::Json => say(json!({
+            "code": out.code.to_string(),
+            "created": out.created,
+        })),
+    }
+    Ok(())
+}
+
+fn approve(data: &Path, args: ApproveArgs) -> Result<()> {
+    let code: PairingCode = args.code.parse().map_err(DeviceError::from)?;
+    let out = device::approve(data, &code, args.name.as_deref(), &mut os_rng())?;
+    match args.format {
+        Format::Human => {
+            say(&out.device);
+            if out.already_admitted {
+                eprintln!(
+                    "device {} is already admitted (epoch {}); nothing written",
+                    out.device, out.epoch
+                );
+            } else {
+                eprintln!(
+                    "approved device {} (account epoch {}); now export this repository (gelstore repo export --out FILE.car) and run on the new device: gelstore device join --from FILE.car",
+                    out.device, out.epoch
+                );
+            }
+        }
+        Format::Json => say(json!({
+            "device": out.device,
+            "epoch": out.epoch,
+            "recordCreated": out.record_created,
+            "alreadyAdmitted": out.already_admitted,
+        })),
+    }
+    Ok(())
+}
+
+fn join(data: &Path, args: JoinArgs) -> Result<()> {
+    let out = device::join(data, &args.from)?;
+    let refresh = match out.refresh {
+        Refresh::Imported => "imported",
+        Refresh::Replaced => "replaced",
+    };
+    match args.format {
+        Format::Human => {
+            say(&out.device);
+            if out.newly_paired {
+                eprintln!(
+                    "paired as device {} of {} (account epoch {})",
+                    out.device, out.did, out.epoch
+                );
+            }
+            eprintln!(
+                "read-only copy {refresh}: {} record(s); this device holds account epoch {}",
+                out.records, out.epoch
+            );
+            if out.newest_epoch > out.epoch {
+                eprintln!(
+                    "warning: the records mention account epoch {}, newer than this device holds: it was removed (or a rotation has not reached it) and cannot open what is sealed in that epoch",
+                    out.newest_epoch
+                );
+            }
+        }
+        Format::Json => say(json!({
+            "device": out.device,
+            "did": out.did,
+            "newlyPaired": out.newly_paired,
+            "refresh": refresh,
+            "records": out.records,
+            "epoch": out.epoch,
+            "newestEpoch": out.newest_epoch,
+        })),
+    }
+    Ok(())
+}
+
+fn listing_json(l: &DeviceListing) -> Value {
+    json!({
+        "id": l.entry.id,
+        "status": l.status.as_str(),
+        "this": l.this,
+        "publicKey": hex(&l.entry.public_key),
+        "name": l.entry.name,
+        "createdAt": l.entry.created_at,
+    })
+}
+
+fn ls(data: &Path, format: Format) -> Result<()> {
+    let dev = device::Device::open(data)?;
+    let listing = dev.list();
+    let epoch = dev.keyring().account_epoch();
+    match format {
+        Format::Human => {
+            say(format_args!("account  {}", dev.repo().did()));
+            say(format_args!(
+                "epoch    {epoch}{}",
+                if dev.is_behind() {
+                    format!(
+                        " (the records mention epoch {}: this device was removed, or a rotation has not reached it)",
+                        dev.newest_epoch()
+                    )
+                } else {
+                    String::new()
+                }
+            ));
+            for l in &listing {
+                say(format_args!(
+                    "{}  {:<12}  {}…{}{}",
+                    l.entry.id,
+                    l.status.as_str(),
+                    &hex(&l.entry.public_key)[..16],
+                    l.entry
+                        .name
+                        .as_deref()
+                        .map(|n| format!("  {n:?}"))
+                        .unwrap_or_default(),
+                    if l.this { "  (this device)" } else { "" }
+                ));
+            }
+            for s in dev.skipped_records() {
+                eprintln!("warning: skipped a record that does not decode: {s}");
+            }
+        }
+        Format::Json => {
+            let devices: Vec<Value> = listing.iter().map(listing_json).collect();
+            say(json!({
+                "did": dev.repo().did(),
+                "device": dev.id(),
+                "epoch": epoch,
+                "newestEpoch": dev.newest_epoch(),
+                "devices": devices,
+                "skippedRecords": dev.skipped_records(),
+            }))
+        }
+    }
+    Ok(())
+}
+
+fn remove(data: &Path, args: RemoveArgs) -> Result<()> {
+    let epoch = device::remove(data, &args.id, &mut os_rng())?;
+    match args.format {
+        Format::Human => {
+            say(format_args!("epoch {epoch}"));
+            eprintln!(
+                "removed device {}: account epoch {epoch} starts now; records sealed from now on use keys it never gets (it keeps what it could already read)",
+                args.id
+            );
+        }
+        Format::Json => say(json!({"removed": args.id, "epoch": epoch})),
+    }
+    Ok(())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
