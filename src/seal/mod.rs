@@ -31,6 +31,7 @@ pub mod fuzzing;
 pub mod keyring;
 pub mod keys;
 pub mod record;
+mod typed;
 pub mod wrap;
 
 pub use self::aad::{AadContext, BlobBinding, Place, clear_fields_hash, record_aad, sealed_field};
