@@ -10,6 +10,7 @@
 //! | [`reply`] | one reply's run: events in, events out, finished record fields |
 //! | [`approval`] | approval policy, answer checks, settled calls repeated |
 //! | [`record`] | `ChatRecord` (a message record with opened content) and record constructors |
+//! | [`thread`] | the thread tree readers show |
 
 pub mod approval;
 pub mod assemble;
@@ -18,6 +19,7 @@ pub mod input;
 pub mod keys;
 pub mod record;
 pub mod reply;
+pub mod thread;
 
 pub use approval::{ApprovalError, ApprovalPolicy, AskFor, AskIf, NoApproval};
 pub use assemble::{Assembler, StreamError};
@@ -26,3 +28,4 @@ pub use input::{AssistantMessageEvent, StreamLine, ToolRun};
 pub use keys::{Attempt, KeyError, MessageKey, ReplyKey};
 pub use record::ChatRecord;
 pub use reply::{End, Finished, FinishedReply, Reply, ReplyError};
+pub use thread::Thread;
