@@ -158,7 +158,8 @@ pub enum StreamLine {
         content_index: usize,
         provider_data: String,
     },
-    /// `{"type":"model","provider":"…","id":"…"}`: the model that answers.
+    /// `{"type":"model","provider":"…","id":"…"}`: the model that answers
+    /// (other fields are ignored).
     Model(ModelRef),
     /// `{"type":"turn_end","stopReason":"toolUse","usage":{…}}`: one model
     /// turn ended; the host runs tools and another turn may follow.
@@ -208,6 +209,12 @@ struct ProviderDataLine {
 }
 
 #[derive(Deserialize)]
+struct ModelLine {
+    provider: String,
+    id: String,
+}
+
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct EndLine {
     stop_reason: MessageStopReason,
@@ -252,7 +259,14 @@ impl StreamLine {
                     provider_data: l.provider_data,
                 }
             }
-            "model" => StreamLine::Model(serde_json::from_str(line).map_err(malformed)?),
+            "model" => {
+                let l: ModelLine = serde_json::from_str(line).map_err(malformed)?;
+                StreamLine::Model(ModelRef {
+                    provider: l.provider,
+                    id: l.id,
+                    extra: Default::default(),
+                })
+            }
             "turn_end" | "done" => {
                 let l: EndLine = serde_json::from_str(line).map_err(malformed)?;
                 if kind == "done" {
