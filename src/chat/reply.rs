@@ -43,6 +43,9 @@ use crate::lexicon::chat::gel::assistant::message::{Message, MessageStatus, Mess
 use crate::lexicon::chat::gel::assistant::subscribe_reply::{Confirmation, DoneReason, ErrorCode};
 use crate::lexicon::support::Validate;
 
+/// Longest `error.message` of the stream (`subscribeReply#error`), bytes.
+const MAX_ERROR_MESSAGE: usize = 10_000;
+
 /// How a run ended (see the module's table).
 #[derive(Clone, Debug, PartialEq)]
 pub enum End {
@@ -596,7 +599,7 @@ impl Reply {
             self.stop_reason = Some(MessageStopReason::Error);
             events.push(AssistantEvent::Error {
                 code: ErrorCode::AssistantProvider,
-                message: Some(e.to_string()),
+                message: Some(truncate_words(&e.to_string(), MAX_ERROR_MESSAGE)),
             });
             events.push(done(DoneReason::Interrupted));
             MessageStatus::Failed
@@ -606,7 +609,7 @@ impl Reply {
                     self.stop_reason = Some(MessageStopReason::Error);
                     events.push(AssistantEvent::Error {
                         code: ErrorCode::AssistantProvider,
-                        message: Some(truncate_words(&message, 10_000)),
+                        message: Some(truncate_words(&message, MAX_ERROR_MESSAGE)),
                     });
                     events.push(done(DoneReason::Interrupted));
                     MessageStatus::Failed
