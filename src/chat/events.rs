@@ -29,7 +29,7 @@ use crate::lexicon::chat::gel::assistant::subscribe_reply::{
     self as sub, Confirmation, DoneReason, ErrorCode, SubscribeReplyMessage, ToolResultDecision,
     ToolResultOutcome,
 };
-use crate::lexicon::support::Data;
+use crate::lexicon::support::{self, Data, Path};
 
 /// One event of the output stream (seed 000).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -114,9 +114,11 @@ impl AssistantEvent {
 
     /// The `chat.gel.assistant.subscribeReply` message for this event, with
     /// sequence number `seq`. `model` fills `#message.model` (seed 000 has
-    /// only the model's id). Tool `args` the atproto data model cannot hold
-    /// (non-integer numbers) are left out of the frame; the record keeps
-    /// them as JSON text.
+    /// only the model's id). Tool `args` that are not a valid lexicon
+    /// `unknown` (non-integer numbers, which the atproto data model cannot
+    /// hold; objects that read as bytes, links, blobs or a known `$type`
+    /// they do not match) are left out of the frame; the record keeps them
+    /// as JSON text.
     pub fn to_frame(&self, seq: i64, model: Option<&ModelRef>) -> SubscribeReplyMessage {
         let extra = Default::default;
         match self.clone() {
@@ -146,7 +148,7 @@ impl AssistantEvent {
                 seq,
                 call_id,
                 tool,
-                args: serde_json::from_value::<Data>(args).ok(),
+                args: frame_args(args),
                 label,
                 extra: extra(),
             }),
@@ -197,6 +199,20 @@ impl AssistantEvent {
     }
 }
 
+/// The arguments as a frame's `args` (a lexicon `unknown`), if they are
+/// one.
+fn frame_args(args: serde_json::Value) -> Option<Data> {
+    let d: Data = serde_json::from_value(args).ok()?;
+    let mut errors = Vec::new();
+    support::unknown(
+        &d,
+        crate::lexicon::validate_by_type,
+        &Path::Root,
+        &mut errors,
+    );
+    errors.is_empty().then_some(d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,6 +258,12 @@ mod tests {
                 args: json!({"a": 1, "f": 0.5}),
                 label: None,
             },
+            AssistantEvent::ToolCall {
+                call_id: "c".into(),
+                tool: "t".into(),
+                args: json!({"$type": "chat.gel.assistant.defs#textPart"}),
+                label: None,
+            },
             AssistantEvent::Done {
                 reason: DoneReason::End,
             },
@@ -250,7 +272,7 @@ mod tests {
             let f = e.to_frame(i as i64, None);
             f.validate().unwrap();
             if let SubscribeReplyMessage::ToolCall(c) = &f {
-                assert!(c.args.is_none(), "floats are not data-model values");
+                assert!(c.args.is_none(), "not a valid unknown: {c:?}");
             }
         }
     }

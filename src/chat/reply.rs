@@ -40,7 +40,9 @@ use crate::lexicon::chat::gel::assistant::defs::{
     ModelRef, PlainContent, PlainContentPartsItem, ToolCallPartApproval, ToolResultPart, Usage,
 };
 use crate::lexicon::chat::gel::assistant::message::{Message, MessageStatus, MessageStopReason};
-use crate::lexicon::chat::gel::assistant::subscribe_reply::{Confirmation, DoneReason, ErrorCode};
+use crate::lexicon::chat::gel::assistant::subscribe_reply::{
+    Confirmation, DoneReason, ErrorCode, ToolResultOutcome,
+};
 use crate::lexicon::support::Validate;
 
 /// Longest `error.message` of the stream (`subscribeReply#error`), bytes.
@@ -85,6 +87,8 @@ pub enum ReplyError {
     },
     #[error("a reply holds at most {limit} parts")]
     TooManyParts { limit: usize },
+    #[error("tool outcome {outcome:?} is not one of succeeded, accepted, refused, uncertain")]
+    UnknownOutcome { outcome: String },
     #[error("the reply already failed: {0}")]
     Failed(StreamError),
 }
@@ -139,6 +143,15 @@ impl FinishedReply {
             serde_json::to_value(&self.content).expect("serializes"),
         );
         serde_json::Value::Object(m)
+    }
+}
+
+fn known_outcome(outcome: &ToolResultOutcome) -> Result<(), ReplyError> {
+    match outcome {
+        ToolResultOutcome::Other(s) => Err(ReplyError::UnknownOutcome {
+            outcome: s.chars().take(64).collect(),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -219,6 +232,9 @@ impl Reply {
         settled: &[Settled],
     ) -> Result<(Reply, Vec<AssistantEvent>), ReplyError> {
         let mut reply = Reply::new(key, policy);
+        for s in settled {
+            known_outcome(&s.run.outcome)?;
+        }
         let parts = repeat_parts(settled).map_err(|e| ReplyError::OutputTooLarge {
             call_id: e.call_id,
             size: e.size,
@@ -526,6 +542,7 @@ impl Reply {
                 call_id: call_id.to_string(),
             });
         }
+        known_outcome(&run.outcome)?;
         if run.output.len() > limits::TOOL_OUTPUT {
             return Err(ReplyError::OutputTooLarge {
                 call_id: call_id.to_string(),
@@ -777,7 +794,6 @@ impl Reply {
 mod tests {
     use super::*;
     use crate::chat::approval::{AskFor, NoApproval};
-    use crate::lexicon::chat::gel::assistant::subscribe_reply::ToolResultOutcome;
     use serde_json::json;
 
     fn key() -> ReplyKey {
