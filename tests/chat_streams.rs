@@ -386,3 +386,23 @@ fn twelve_attempts_are_ordered_by_number() {
     );
     expect(&case, "expected.events.jsonl", &events_text(&events));
 }
+
+/// The fuzz target's seeds (`fuzz/seeds/event_stream`, including inputs
+/// that once failed it) keep the same properties.
+#[test]
+fn fuzz_seeds_hold_the_invariants() {
+    let seeds = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/event_stream");
+    let mut n = 0;
+    for entry in fs::read_dir(seeds).unwrap() {
+        let path = entry.unwrap().path();
+        let text = String::from_utf8_lossy(&fs::read(&path).unwrap()).into_owned();
+        let f = Reply::new(
+            first_key(),
+            Arc::new(AskFor::tools(["delete_files", "abc", "del"])),
+        )
+        .run_jsonl(&text);
+        check_invariants(&path.display().to_string(), &f);
+        n += 1;
+    }
+    assert!(n >= 17, "{n} seeds");
+}

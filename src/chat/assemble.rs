@@ -115,6 +115,14 @@ pub enum StreamError {
         size: usize,
         limit: usize,
     },
+    /// A tool-call id that another call of the reply already has (results
+    /// are matched to calls by id).
+    #[error("{event} for content {index}: call id {call_id:?} is already used in this reply")]
+    DuplicateCallId {
+        index: usize,
+        event: &'static str,
+        call_id: String,
+    },
     /// More parts than `plainContent.parts` holds.
     #[error("content {index}: a reply holds at most {limit} parts")]
     TooManyParts { index: usize, limit: usize },
@@ -314,6 +322,26 @@ impl Assembler {
         Ok(slot)
     }
 
+    /// Refuses `call_id` if a call at another index has it.
+    fn check_unique(
+        &self,
+        index: usize,
+        event: &'static str,
+        call_id: &str,
+    ) -> Result<(), StreamError> {
+        let taken = self.slots.iter().enumerate().any(|(i, s)| {
+            i != index && matches!(&s.body, Body::ToolCall { call_id: c, .. } if c == call_id)
+        });
+        if taken {
+            return Err(StreamError::DuplicateCallId {
+                index,
+                event,
+                call_id: call_id.chars().take(256).collect(),
+            });
+        }
+        Ok(())
+    }
+
     /// Applies one event. A refused event changes nothing.
     pub fn push(&mut self, event: AssistantMessageEvent) -> Result<Step<'_>, StreamError> {
         use AssistantMessageEvent as E;
@@ -333,6 +361,7 @@ impl Assembler {
                 tool_name,
             } => {
                 check_call(content_index, &id, &tool_name)?;
+                self.check_unique(content_index, name, &id)?;
                 self.start(
                     content_index,
                     name,
@@ -421,8 +450,10 @@ impl Assembler {
                 content_index,
                 tool_call,
             } => {
-                let slot = self.open(content_index, name, PartKind::ToolCall)?;
+                self.open(content_index, name, PartKind::ToolCall)?;
+                self.check_unique(content_index, name, &tool_call.id)?;
                 let call = finish_call(content_index, tool_call)?;
+                let slot = &mut self.slots[content_index];
                 slot.ended = true;
                 let Body::ToolCall {
                     call_id,
@@ -716,6 +747,35 @@ mod tests {
                 partial_len: 9
             }]
         );
+    }
+
+    #[test]
+    fn call_ids_are_unique() {
+        let mut a = Assembler::default();
+        a.push(ev(
+            json!({"type":"toolcall_start","contentIndex":0,"id":"c1","toolName":"n"}),
+        ))
+        .unwrap();
+        assert!(matches!(
+            a.push(ev(
+                json!({"type":"toolcall_start","contentIndex":1,"id":"c1","toolName":"n"})
+            )),
+            Err(StreamError::DuplicateCallId { index: 1, .. })
+        ));
+        a.push(ev(
+            json!({"type":"toolcall_start","contentIndex":1,"id":"c2","toolName":"n"}),
+        ))
+        .unwrap();
+        // The end may not rename a call to another call's id.
+        assert!(matches!(
+            a.push(ev(json!({"type":"toolcall_end","contentIndex":1,
+                "toolCall":{"type":"toolCall","id":"c1","name":"n","arguments":{}}}))),
+            Err(StreamError::DuplicateCallId { index: 1, .. })
+        ));
+        a.push(ev(json!({"type":"toolcall_end","contentIndex":1,
+            "toolCall":{"type":"toolCall","id":"c2b","name":"n","arguments":{}}})))
+            .unwrap();
+        assert_eq!(a.finished_call(1).unwrap().call_id, "c2b");
     }
 
     #[test]

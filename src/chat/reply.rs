@@ -328,6 +328,20 @@ impl Reply {
             return Err(e.clone());
         }
         let base = self.content.len();
+        let id = match &event {
+            AssistantMessageEvent::ToolcallStart { id, .. } => Some(id),
+            AssistantMessageEvent::ToolcallEnd { tool_call, .. } => Some(&tool_call.id),
+            _ => None,
+        };
+        if let Some(id) = id
+            && self.calls.iter().any(|c| c.pos < base && c.call_id == *id)
+        {
+            return self.failed(StreamError::DuplicateCallId {
+                index: event.content_index(),
+                event: event.name(),
+                call_id: id.chars().take(256).collect(),
+            });
+        }
         let step = match self.turn().push(event) {
             Ok(step) => step,
             Err(e) => return self.failed(e),
@@ -850,6 +864,22 @@ mod tests {
         assert!(matches!(
             r.tool_result("c1", run),
             Err(ReplyError::UnknownCall { .. })
+        ));
+        // A later turn may not reuse a call id.
+        let mut dup = Reply::new(key(), Arc::new(NoApproval));
+        dup.push(ev(
+            json!({"type":"toolcall_start","contentIndex":0,"id":"c1","toolName":"s"}),
+        ))
+        .unwrap();
+        dup.push(ev(json!({"type":"toolcall_end","contentIndex":0,
+            "toolCall":{"type":"toolCall","id":"c1","name":"s","arguments":{}}})))
+            .unwrap();
+        dup.end_turn(MessageStopReason::ToolUse, None).unwrap();
+        assert!(matches!(
+            dup.push(ev(
+                json!({"type":"toolcall_start","contentIndex":0,"id":"c1","toolName":"s"})
+            )),
+            Err(StreamError::DuplicateCallId { .. })
         ));
         // Second turn: contentIndex starts at 0 again, after the result.
         r.push(ev(json!({"type":"text_start","contentIndex":0})))
