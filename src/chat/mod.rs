@@ -1,0 +1,31 @@
+//! The chat core (DESIGN §3–§5): pure logic over the generated
+//! `chat.gel.assistant` types, with no storage and no sealing.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`keys`] | message keys: a TID, and `{tid}.r{attempt}` for replies; ordering by attempt |
+//! | [`input`] | the model's stream (seed 002 `AssistantMessageEvent`) and the JSON-lines run format |
+//! | [`assemble`] | one model turn's events → `plainContent` parts, with the lexicon's limits |
+//! | [`events`] | the live stream (seed 000 `AssistantEvent`) and its `subscribeReply` frames |
+//! | [`reply`] | one reply's run: events in, events out, finished record fields |
+//! | [`approval`] | approval policy, answer checks, settled calls repeated |
+//! | [`record`] | `ChatRecord` (a message record with opened content) and record constructors |
+//! | [`thread`] | the thread tree readers show |
+
+pub mod approval;
+pub mod assemble;
+pub mod events;
+pub mod input;
+pub mod keys;
+pub mod record;
+pub mod reply;
+pub mod thread;
+
+pub use approval::{ApprovalError, ApprovalPolicy, AskFor, AskIf, NoApproval};
+pub use assemble::{Assembler, StreamError};
+pub use events::AssistantEvent;
+pub use input::{AssistantMessageEvent, StreamLine, ToolRun};
+pub use keys::{Attempt, KeyError, MessageKey, ReplyKey};
+pub use record::ChatRecord;
+pub use reply::{End, Finished, FinishedReply, Reply, ReplyError};
+pub use thread::Thread;
