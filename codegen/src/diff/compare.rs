@@ -805,41 +805,42 @@ impl<'a> Differ<'a> {
     /// where such a swap happened. Returns false when this is not a swap.
     fn ref_swapped(&mut self, cx: Cx<'_>, old: &Type, new: &Type, path: &str, flow: Flow) -> bool {
         let inline = |t: &Type| !matches!(t, Type::Ref(_) | Type::Union(_));
-        let (rule, target, verdict) = match (old, new) {
-            (Type::Ref(rf), t) if inline(t) => {
-                let c = canonical(cx.old_nsid, &rf.target);
-                let Some((entry, Def::Type(rt))) = lookup(&self.old, &c) else {
-                    return false;
-                };
-                if rt.type_name() != t.type_name() {
-                    return false;
-                }
+        let (side, rf, inline_t) = match (old, new) {
+            (Type::Ref(rf), t) if inline(t) => (Side::Old, rf, t),
+            (t, Type::Ref(rf)) if inline(t) => (Side::New, rf, t),
+            _ => return false,
+        };
+        let (nsid, entries) = match side {
+            Side::Old => (cx.old_nsid, &self.old),
+            Side::New => (cx.new_nsid, &self.new),
+        };
+        let target = canonical(nsid, &rf.target);
+        let Some((entry, Def::Type(rt))) = lookup(entries, &target) else {
+            return false;
+        };
+        if rt.type_name() != inline_t.type_name() {
+            return false;
+        }
+        // Compare the referenced def, read in its own lexicon, with the inline schema.
+        let (sub, old_t, new_t, rule) = match side {
+            Side::Old => {
                 let sub = Cx {
                     old_nsid: &entry.doc.id,
                     old_file: &entry.file,
                     ..cx
                 };
-                let v = self.first_breaking(|d| d.compare_type(sub, rt, t, "", flow));
-                (r::REF_INLINED, c, v)
+                (sub, rt, inline_t, r::REF_INLINED)
             }
-            (t, Type::Ref(rf)) if inline(t) => {
-                let c = canonical(cx.new_nsid, &rf.target);
-                let Some((entry, Def::Type(rt))) = lookup(&self.new, &c) else {
-                    return false;
-                };
-                if rt.type_name() != t.type_name() {
-                    return false;
-                }
+            Side::New => {
                 let sub = Cx {
                     new_nsid: &entry.doc.id,
                     new_file: &entry.file,
                     ..cx
                 };
-                let v = self.first_breaking(|d| d.compare_type(sub, t, rt, "", flow));
-                (r::REF_EXTRACTED, c, v)
+                (sub, inline_t, rt, r::REF_EXTRACTED)
             }
-            _ => return false,
         };
+        let verdict = self.first_breaking(|d| d.compare_type(sub, old_t, new_t, "", flow));
         let target = display_id(&target);
         match (rule, verdict) {
             (_, Err(why)) => self.emit(
