@@ -7,7 +7,7 @@ use super::names::{self, Names};
 use super::writer::{MAX_WIDTH, Writer};
 use super::{Ctx, Kind, module_path};
 use crate::catalog::{Resolved, type_id};
-use crate::schema::{Body, Def, Document, RecordKey, StringType, Type, Union};
+use crate::schema::{Body, Def, Document, Params, RecordKey, StringType, Type, Union};
 use crate::syntax::Format;
 
 /// An inline type met inside a def, emitted right after it.
@@ -178,50 +178,20 @@ impl Module<'_, '_> {
             Def::Type(t) => self.emit_newtype(&info.name, t),
             Def::Query(q) => {
                 let main = &info.name;
-                if let Some(p) = &q.parameters {
-                    let name = self.claim(&format!("{main}Params"));
-                    self.emit_struct(
-                        &name,
-                        p.description.as_deref(),
-                        &p.properties,
-                        &p.required,
-                        &[],
-                        None,
-                    );
-                }
+                self.emit_params(main, q.parameters.as_ref());
                 self.emit_body(main, "Output", q.output.as_ref());
                 self.emit_errors(main, &q.errors);
             }
             Def::Procedure(p) => {
                 let main = &info.name;
-                if let Some(params) = &p.parameters {
-                    let name = self.claim(&format!("{main}Params"));
-                    self.emit_struct(
-                        &name,
-                        params.description.as_deref(),
-                        &params.properties,
-                        &params.required,
-                        &[],
-                        None,
-                    );
-                }
+                self.emit_params(main, p.parameters.as_ref());
                 self.emit_body(main, "Input", p.input.as_ref());
                 self.emit_body(main, "Output", p.output.as_ref());
                 self.emit_errors(main, &p.errors);
             }
             Def::Subscription(s) => {
                 let main = &info.name;
-                if let Some(p) = &s.parameters {
-                    let name = self.claim(&format!("{main}Params"));
-                    self.emit_struct(
-                        &name,
-                        p.description.as_deref(),
-                        &p.properties,
-                        &p.required,
-                        &[],
-                        None,
-                    );
-                }
+                self.emit_params(main, s.parameters.as_ref());
                 if let Some(m) = &s.message {
                     let name = self.claim(&format!("{main}Message"));
                     let desc = m
@@ -280,6 +250,21 @@ impl Module<'_, '_> {
 
     /// An XRPC body: a struct for an object schema, an alias for a ref,
     /// an enum for a union; the encoding as a constant.
+    /// `{Main}Params`: an XRPC method's parameters as a struct.
+    fn emit_params(&mut self, main: &str, params: Option<&Params>) {
+        if let Some(p) = params {
+            let name = self.claim(&format!("{main}Params"));
+            self.emit_struct(
+                &name,
+                p.description.as_deref(),
+                &p.properties,
+                &p.required,
+                &[],
+                None,
+            );
+        }
+    }
+
     fn emit_body(&mut self, main: &str, side: &str, body: Option<&Body>) {
         let Some(body) = body else { return };
         self.w.blank();
