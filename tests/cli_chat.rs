@@ -385,3 +385,46 @@ fn a_newer_attempt_supersedes_a_waiting_reply() {
         "denied"
     );
 }
+
+/// A second device holds a read-only copy: it reads the chats it was
+/// admitted to, sees content sealed after its removal as `unknownKey`, and
+/// writes nothing.
+#[test]
+fn a_second_device_reads_what_it_was_admitted_to() {
+    let a = device();
+    let (a, b) = (a, tempfile::tempdir().unwrap());
+    let (da, db) = (a.path(), b.path());
+    let car = da.join("export.car");
+    let car = car.to_str().unwrap();
+    let chat = ok(da, &["chat", "new", "--title", "Shared"]);
+    let msg = ok(da, &["chat", "send", "--chat", &chat, "before removal"]);
+
+    let code = ok(db, &["device", "pair"]);
+    ok(da, &["device", "approve", &code]);
+    ok(da, &["repo", "export", "--out", car]);
+    let id_b = ok(db, &["device", "join", "--from", car]);
+    let thread = show(db, &chat);
+    assert_eq!(thread["title"], "Shared");
+    assert_eq!(
+        message(&thread, &msg)["content"]["parts"][0]["text"],
+        "before removal"
+    );
+    let err = refused(db, &["chat", "send", "--chat", &chat, "from the copy"]);
+    assert!(err.contains("read-only"), "{err}");
+
+    // Removed: later records are sealed with keys B never gets.
+    ok(da, &["device", "remove", &id_b]);
+    let later = ok(da, &["chat", "new", "--title", "Private"]);
+    let secret = ok(da, &["chat", "send", "--chat", &later, "after removal"]);
+    std::fs::remove_file(da.join("export.car")).unwrap();
+    ok(da, &["repo", "export", "--out", car]);
+    ok(db, &["device", "join", "--from", car]);
+    let thread = show(db, &later);
+    assert_eq!(thread["title"], Value::Null);
+    let m = message(&thread, &secret);
+    assert_eq!(m["state"], "unknownKey");
+    assert_eq!(m["content"], Value::Null);
+    // What it was admitted to still opens.
+    let thread = show(db, &chat);
+    assert_eq!(message(&thread, &msg)["state"], "open");
+}
