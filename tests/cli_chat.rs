@@ -342,6 +342,77 @@ fn approval_round_trip_across_restarts() {
         &["chat", "approve", "--reply", &reply, "--deny", "toolu_11"],
     );
     assert!(err.contains("pending_resolved"), "{err}");
+
+    // The reply to the answer: an approved call without its result is
+    // refused and nothing is written; then the calls are repeated with
+    // their results (the denied one refused) before the model's turn.
+    let next = streams().join("plain_text_small_deltas/input.jsonl");
+    let next = next.to_str().unwrap();
+    let err = refused(d, &["chat", "reply", "--to", &answer, "--events", next]);
+    assert!(err.contains("toolu_11 need a result"), "{err}");
+    let err = refused(
+        d,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &answer,
+            "--events",
+            next,
+            "--tool-output",
+            "toolu_12=x",
+            "--tool-output",
+            "toolu_11=y",
+        ],
+    );
+    assert!(
+        err.contains("\"toolu_12\" is not an approved call"),
+        "{err}"
+    );
+    let out = gel(
+        d,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &answer,
+            "--events",
+            next,
+            "--tool-output",
+            "toolu_11=deleted 1 file",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["type"], "tool_result");
+    assert_eq!(events[0]["decision"], "approved");
+    assert_eq!(events[1]["callId"], "toolu_12");
+    assert_eq!(events[1]["outcome"], "refused");
+    assert_eq!(events[1]["decision"], "declined");
+    let thread = show(d, &chat);
+    // The waiting reply shows the resolved copies with their results.
+    let w = &message(&thread, &reply)["content"]["parts"];
+    assert_eq!(w[1]["approval"], "approved");
+    assert_eq!(w[2]["output"], "deleted 1 file");
+    assert_eq!(w[3]["approval"], "denied");
+    assert_eq!(w[4]["isError"], true);
+    let r = message(&thread, &format!("{answer}.r0"));
+    assert_eq!(r["status"], "complete");
+    assert!(
+        r["content"]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Grüße!"),
+        "{r}"
+    );
 }
 
 #[test]

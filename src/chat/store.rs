@@ -522,10 +522,46 @@ impl ChatStore {
         attempt: Option<Attempt>,
         policy: std::sync::Arc<dyn super::ApprovalPolicy + Send + Sync>,
         lines: impl IntoIterator<Item = std::io::Result<String>>,
+        on_event: impl FnMut(&AssistantEvent),
+    ) -> Result<(PendingReply, FinishedReply)> {
+        self.run_reply_with(message, attempt, policy, &BTreeMap::new(), lines, on_event)
+    }
+
+    /// [`ChatStore::run_reply`], where `message` may be an approval answer
+    /// (a user message of `toolApprovalPart`s continuing from a waiting
+    /// reply): then the reply starts with the decided calls repeated, each
+    /// followed by its result (`Reply::resume`). `tool_runs` holds the
+    /// results of the approved calls, by call id (the host ran them);
+    /// denied calls get a refused error result. An approved call without
+    /// a result is refused before anything is written.
+    pub fn run_reply_with(
+        &mut self,
+        message: Tid,
+        attempt: Option<Attempt>,
+        policy: std::sync::Arc<dyn super::ApprovalPolicy + Send + Sync>,
+        tool_runs: &BTreeMap<String, super::ToolRun>,
+        lines: impl IntoIterator<Item = std::io::Result<String>>,
         mut on_event: impl FnMut(&AssistantEvent),
     ) -> Result<(PendingReply, FinishedReply)> {
+        let settled = self.settled_answer(message, tool_runs)?;
+        if settled.is_none() && !tool_runs.is_empty() {
+            return Err(invalid(
+                "tool results",
+                format!(
+                    "{message} is not an approval answer; there is no call to give a result to"
+                ),
+            ));
+        }
         let pending = self.start_reply(message, attempt)?;
-        let mut run = LineRun::new(Reply::new(pending.key, policy));
+        let (reply, first) = match &settled {
+            None => (Reply::new(pending.key, policy), Vec::new()),
+            Some(settled) => Reply::resume(pending.key, policy, settled)
+                .map_err(|e| invalid("reply to the answer", e))?,
+        };
+        for e in &first {
+            on_event(e);
+        }
+        let mut run = LineRun::new(reply);
         let mut events = Vec::new();
         for line in lines {
             match line {
@@ -547,6 +583,82 @@ impl ChatStore {
         }
         self.finish_reply(&pending, &finished.reply)?;
         Ok((pending, finished.reply))
+    }
+
+    /// If `message` answers a waiting reply: its decisions settled (denied
+    /// calls refused, approved ones with their result from `tool_runs`).
+    fn settled_answer(
+        &self,
+        message: Tid,
+        tool_runs: &BTreeMap<String, super::ToolRun>,
+    ) -> Result<Option<Vec<super::approval::Settled>>> {
+        let key = message.to_string();
+        let (m, _) = self.message(&key)?;
+        let Some(parent) = super::record::parent_reply(&m) else {
+            return Ok(None);
+        };
+        let Some(chat) = chat_of(&m) else {
+            return Ok(None);
+        };
+        let (records, _) = self.chat_records(chat)?;
+        let is_waiting = records
+            .iter()
+            .any(|r| r.key == parent.to_string() && r.message.status == MessageStatus::Waiting);
+        let Some(answer) = records.iter().find(|r| r.key == key) else {
+            return Ok(None);
+        };
+        let decisions: Vec<ToolApprovalPart> = answer
+            .content
+            .iter()
+            .flat_map(|c| &c.parts)
+            .filter_map(|p| match p {
+                PlainContentPartsItem::ToolApprovalPart(a) => Some(a.clone()),
+                _ => None,
+            })
+            .collect();
+        if !is_waiting || decisions.is_empty() {
+            return Ok(None);
+        }
+        // The answer checked as it was made: against the chat without it
+        // (and without later messages continuing from the waiting reply).
+        let before: Vec<ChatRecord> = records
+            .into_iter()
+            .filter(|r| {
+                !(r.message.role == MessageRole::User
+                    && r.message.parent.as_ref().map(|p| p.as_str()) == Some(&*parent.to_string()))
+            })
+            .collect();
+        let resolution = check_answer(&before, &parent.to_string(), &decisions)?;
+        let missing: Vec<&str> = resolution
+            .calls
+            .iter()
+            .filter(|c| {
+                c.decision == super::approval::Decision::Approved
+                    && !tool_runs.contains_key(&c.call.call_id)
+            })
+            .map(|c| c.call.call_id.as_str())
+            .collect();
+        if !missing.is_empty() {
+            return Err(invalid(
+                "tool results",
+                format!(
+                    "approved call(s) {} need a result (the host runs the tool)",
+                    missing.join(", ")
+                ),
+            ));
+        }
+        if let Some(extra) = tool_runs.keys().find(|k| {
+            !resolution
+                .calls
+                .iter()
+                .any(|c| &c.call.call_id == *k && c.decision == super::approval::Decision::Approved)
+        }) {
+            return Err(invalid(
+                "tool results",
+                format!("call {extra:?} is not an approved call of reply {parent}"),
+            ));
+        }
+        Ok(Some(resolution.settle(|c| tool_runs[&c.call_id].clone())))
     }
 
     /// Every message record of `chat`, opened where this device can, with

@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use super::device::is_environment;
 use super::{Format, Outcome};
+use crate::chat::ToolRun;
 use crate::chat::store::{ChatThread, ContentState, WaitingApproval};
 use crate::chat::{
     ApprovalPolicy, AskFor, Attempt, ChatStore, ChatStoreError, MessageKey, NoApproval, ReplyKey,
@@ -23,6 +24,7 @@ use crate::chat::{
 use crate::lexicon::chat::gel::assistant::defs::{
     ModelRef, PlainContent, PlainContentPartsItem, ToolApprovalPart, ToolApprovalPartDecision,
 };
+use crate::lexicon::chat::gel::assistant::subscribe_reply::ToolResultOutcome;
 
 #[derive(Subcommand, Debug)]
 pub enum ChatCommand {
@@ -95,6 +97,11 @@ pub struct ReplyArgs {
     /// Tools whose calls need the user's approval (the reply then waits).
     #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
     pub approve_tools: Vec<String>,
+    /// For a reply to an approval answer: the output of an approved call
+    /// the host ran (repeat for each approved call). Denied calls get a
+    /// refused error result.
+    #[arg(long, value_name = "CALLID=OUTPUT")]
+    pub tool_output: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -270,9 +277,24 @@ fn reply(data: &Path, args: ReplyArgs) -> Result<()> {
             .map_err(|e| usage(format!("{}: {e}", args.events.display())))?;
         Box::new(io::BufReader::new(f))
     };
+    let mut runs = std::collections::BTreeMap::new();
+    for t in &args.tool_output {
+        let (id, output) = t
+            .split_once('=')
+            .ok_or_else(|| usage(format!("--tool-output {t:?}: expected CALLID=OUTPUT")))?;
+        let run = ToolRun {
+            outcome: ToolResultOutcome::Succeeded,
+            output: output.to_string(),
+            is_error: false,
+            elapsed_ms: None,
+        };
+        if runs.insert(id.to_string(), run).is_some() {
+            return Err(usage(format!("--tool-output: two outputs for call {id:?}")));
+        }
+    }
     let mut store = ChatStore::open(data)?;
     let (pending, finished) =
-        store.run_reply(message, attempt, policy, input.lines(), |event| {
+        store.run_reply_with(message, attempt, policy, &runs, input.lines(), |event| {
             match serde_json::to_string(event) {
                 Ok(line) => say(line),
                 Err(e) => eprintln!("warning: an event did not serialize: {e}"),
