@@ -299,6 +299,22 @@ fn approval_round_trip_across_restarts() {
         .map(|c| c["callId"].as_str().unwrap())
         .collect();
     assert_eq!(calls, vec!["toolu_11", "toolu_12"]);
+    // The index holds keys only: tool names and arguments stay sealed.
+    let index = std::fs::read_to_string(d.join("chat-approvals.json")).unwrap();
+    assert!(index.contains(&reply), "{index}");
+    assert!(
+        !index.contains("delete_files") && !index.contains("drafts"),
+        "{index}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(d.join("chat-approvals.json"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{mode:o}");
+    }
     std::fs::remove_file(d.join("chat-approvals.json")).unwrap();
     assert_eq!(approvals(d), listed);
     assert!(d.join("chat-approvals.json").exists());

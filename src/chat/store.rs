@@ -173,12 +173,22 @@ pub struct WaitingApproval {
     pub readable: bool,
 }
 
+/// One waiting reply in the index file: keys only. Tool names and
+/// arguments are sealed content, so they stay in the records and are
+/// opened when the list is read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct IndexEntry {
+    reply: String,
+    chat: String,
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct IndexFile {
     version: u32,
     /// The repository head this index reflects.
     head: String,
-    waiting: Vec<WaitingApproval>,
+    waiting: Vec<IndexEntry>,
 }
 
 /// Chats in one data folder: the device (keys and repository) and the
@@ -187,7 +197,7 @@ pub struct ChatStore {
     dir: PathBuf,
     device: Device,
     clock: TidClock,
-    waiting: BTreeMap<String, WaitingApproval>,
+    waiting: BTreeMap<String, IndexEntry>,
     /// How the index was loaded: `true` if it was rebuilt from records.
     rebuilt: bool,
 }
@@ -489,20 +499,11 @@ impl ChatStore {
                 e => e.into(),
             })?;
         if finished.status == MessageStatus::Waiting {
-            let calls = waiting_calls(&finished.content)
-                .map(|c| WaitingCall {
-                    call_id: c.call_id.clone(),
-                    name: c.name.clone(),
-                    arguments: c.arguments.clone(),
-                })
-                .collect();
             self.waiting.insert(
                 key.clone(),
-                WaitingApproval {
+                IndexEntry {
                     reply: key.clone(),
                     chat: pending.chat.clone(),
-                    calls,
-                    readable: true,
                 },
             );
         }
@@ -749,8 +750,19 @@ impl ChatStore {
 
     /// The replies waiting for an approval answer, across all chats, from
     /// the index.
-    pub fn approvals(&self) -> Vec<WaitingApproval> {
-        self.waiting.values().cloned().collect()
+    pub fn approvals(&self) -> Result<Vec<WaitingApproval>> {
+        let mut out = Vec::with_capacity(self.waiting.len());
+        for e in self.waiting.values() {
+            let (m, _) = self.message(&e.reply)?;
+            let (content, _) = self.open_content(&e.reply, &m);
+            out.push(WaitingApproval {
+                reply: e.reply.clone(),
+                chat: e.chat.clone(),
+                calls: content.as_ref().map(calls_of).unwrap_or_default(),
+                readable: content.is_some(),
+            });
+        }
+        Ok(out)
     }
 
     /// Writes the answer to the waiting reply `reply`: a user message
@@ -837,26 +849,11 @@ impl ChatStore {
                 continue;
             }
             let Some(chat) = chat_of(m) else { continue };
-            let (content, _) = self.open_content(k, m);
-            let calls = content
-                .as_ref()
-                .map(|c| {
-                    waiting_calls(c)
-                        .map(|c| WaitingCall {
-                            call_id: c.call_id.clone(),
-                            name: c.name.clone(),
-                            arguments: c.arguments.clone(),
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
             waiting.insert(
                 k.clone(),
-                WaitingApproval {
+                IndexEntry {
                     reply: k.clone(),
                     chat: chat.to_string(),
-                    calls,
-                    readable: content.is_some(),
                 },
             );
         }
@@ -879,10 +876,30 @@ impl ChatStore {
         };
         let bytes = serde_json::to_vec_pretty(&file).map_err(|e| io(e.into()))?;
         let tmp = self.dir.join(format!("{APPROVAL_INDEX}.tmp"));
-        std::fs::write(&tmp, bytes).map_err(io)?;
+        {
+            use std::io::Write as _;
+            let mut opts = std::fs::OpenOptions::new();
+            opts.write(true).create(true).truncate(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+            let mut f = opts.open(&tmp).map_err(io)?;
+            // No fsync: an index lost or torn in a crash is at another
+            // head, or does not parse, and is rebuilt at the next open.
+            f.write_all(&bytes).map_err(io)?;
+        }
         std::fs::rename(&tmp, &path).map_err(io)?;
         Ok(())
     }
+}
+
+fn calls_of(content: &PlainContent) -> Vec<WaitingCall> {
+    waiting_calls(content)
+        .map(|c| WaitingCall {
+            call_id: c.call_id.clone(),
+            name: c.name.clone(),
+            arguments: c.arguments.clone(),
+        })
+        .collect()
 }
 
 /// The chat record key a message belongs to, if its `chat` is a chat

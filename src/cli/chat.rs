@@ -504,7 +504,7 @@ fn approvals(data: &Path, format: Format) -> Result<()> {
     if store.index_rebuilt() {
         eprintln!("(the approval index was rebuilt from the records)");
     }
-    let list: Vec<WaitingApproval> = store.approvals();
+    let list: Vec<WaitingApproval> = store.approvals()?;
     for w in &list {
         match format {
             Format::Json => say(serde_json::to_string(w).unwrap_or_default()),
