@@ -285,8 +285,7 @@ impl ChatStore {
     }
 
     fn seal_and_apply(&mut self, write: SealedWrite) -> Result<Cid> {
-        let info = self.device.apply_sealed(&[write], &mut os_rng())?;
-        let _ = info;
+        self.device.apply_sealed(&[write], &mut os_rng())?;
         self.save_index()?;
         Ok(self.device.repo().head().commit)
     }
@@ -376,22 +375,18 @@ impl ChatStore {
         content
             .validate()
             .map_err(|e| invalid("message content", e))?;
-        let info = self
-            .device
-            .apply_sealed(
-                &[SealedWrite {
-                    collection: MESSAGE.into(),
-                    rkey: key.to_string(),
-                    chat: chat.to_string(),
-                    record: to_json("message", &record)?,
-                    content: to_json("message content", &content)?,
-                    update: false,
-                    swap: None,
-                }],
-                &mut os_rng(),
-            )
-            .map_err(|e| taken(e, &key.to_string()))?;
-        let _ = info;
+        self.device.apply_sealed(
+            &[SealedWrite {
+                collection: MESSAGE.into(),
+                rkey: key.to_string(),
+                chat: chat.to_string(),
+                record: to_json("message", &record)?,
+                content: to_json("message content", &content)?,
+                update: false,
+                swap: None,
+            }],
+            &mut os_rng(),
+        )?;
         // A user message continuing from a waiting reply answers it.
         if let Some(p) = parent {
             self.waiting.remove(&p.to_string());
@@ -427,15 +422,13 @@ impl ChatStore {
             })?
             .to_string();
         let record = pending_reply(user.chat.clone(), Self::now()?);
-        let info = self
-            .device
+        self.device
             .apply(&[Write::create(
                 MESSAGE,
                 key.to_string(),
                 to_json("reply", &record)?,
             )])
             .map_err(|e| taken(e, &key.to_string()))?;
-        let _ = info;
         let cid = self
             .device
             .repo()
