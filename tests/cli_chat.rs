@@ -515,3 +515,79 @@ fn a_second_device_reads_what_it_was_admitted_to() {
     let thread = show(db, &chat);
     assert_eq!(message(&thread, &msg)["state"], "open");
 }
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+/// What the user and the model wrote is in no file of the data folder in
+/// the clear: not in the store, not in the approval index, not in an
+/// export.
+#[test]
+fn plaintext_stays_sealed_on_disk() {
+    let dir = device();
+    let d = dir.path();
+    let chat = ok(d, &["chat", "new", "--title", "TitleMarker7731"]);
+    let msg = ok(d, &["chat", "send", "--chat", &chat, "UserMarker5512"]);
+    let input = streams().join("approval_waiting/input.jsonl");
+    ok(
+        d,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &msg,
+            "--events",
+            input.to_str().unwrap(),
+            "--approve-tools",
+            "delete_files",
+        ],
+    );
+    ok(
+        d,
+        &[
+            "chat",
+            "approve",
+            "--reply",
+            &format!("{msg}.r0"),
+            "--reason",
+            "ReasonMarker9034",
+        ],
+    );
+    ok(
+        d,
+        &["repo", "export", "--out", d.join("x.car").to_str().unwrap()],
+    );
+    let mut all = Vec::new();
+    files(d, &mut all);
+    // The scan sees clear metadata (the model that answered), so it would
+    // see a plaintext leak.
+    let control = b"claude-sonnet-4-5";
+    assert!(all.iter().any(|f| {
+        let bytes = std::fs::read(f).unwrap();
+        bytes.windows(control.len()).any(|w| w == control)
+    }));
+    for f in all {
+        let bytes = std::fs::read(&f).unwrap();
+        for marker in [
+            "TitleMarker7731",
+            "UserMarker5512",
+            "ReasonMarker9034",
+            "drafts/a.md",
+            "I will delete the drafts",
+        ] {
+            assert!(
+                !bytes.windows(marker.len()).any(|w| w == marker.as_bytes()),
+                "{marker} in {}",
+                f.display()
+            );
+        }
+    }
+}
