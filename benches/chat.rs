@@ -17,6 +17,13 @@
 //! text buffer: the peak is the run's net extra memory). The
 //! 50,000-delta rows show that time per event does not grow with the
 //! reply's size (assembly is linear).
+//!
+//! `store` (last line): chat writes end to end through `chat::ChatStore`
+//! on a data folder in a temporary directory: per exchange, a user message
+//! (assemble the record, seal, commit), the pending reply (create-if-absent
+//! commit), a small recorded run (`fixtures/streams/plain_text_small_deltas`)
+//! and the finish (seal, swap commit). Three commits per exchange, each
+//! flushed to disk (fsync), so this row measures the disk as much as the code.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -214,4 +221,37 @@ fn main() {
         );
         report("jsonl", n, &m);
     }
+    store_writes();
+}
+
+fn store_writes() {
+    use gelstore::chat::keys::Attempt;
+    use gelstore::chat::store::ChatStore;
+    let dir = tempfile::tempdir().unwrap();
+    gelstore::device::init(dir.path(), None, &mut gelstore::seal::os_rng()).unwrap();
+    let mut store = ChatStore::open(dir.path()).unwrap();
+    let chat = store.create_chat(Some("bench"), None).unwrap();
+    let run = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/streams/plain_text_small_deltas/input.jsonl"),
+    )
+    .unwrap();
+    let n = 200;
+    let start = Instant::now();
+    let mut parent = None;
+    for _ in 0..n {
+        let msg = store.send(&chat, "hello", parent, Attempt::FIRST).unwrap();
+        let pending = store.start_reply(msg, None).unwrap();
+        let f = Reply::new(pending.key, Arc::new(NoApproval)).run_jsonl(&run);
+        store.finish_reply(&pending, &f.reply).unwrap();
+        parent = Some(pending.key);
+    }
+    let t = start.elapsed().as_secs_f64();
+    println!(
+        "{:<10} {n} exchanges (message + pending reply + finished reply, 3 commits each): {:.1} exchanges/s, {:.1} commits/s, {:.2} ms/commit",
+        "store",
+        n as f64 / t,
+        3.0 * n as f64 / t,
+        t * 1000.0 / (3.0 * n as f64)
+    );
 }

@@ -128,6 +128,7 @@ fn chat(rkey: &str, title: &str, prompt: &str) -> SealedWrite {
         record: serde_json::to_value(&record).unwrap(),
         content: serde_json::to_value(&fields).unwrap(),
         update: false,
+        swap: None,
     }
 }
 
@@ -161,6 +162,7 @@ fn message(did: &str, chat: &str, rkey: &str, words: &str) -> SealedWrite {
         record: serde_json::to_value(&record).unwrap(),
         content: serde_json::to_value(&content).unwrap(),
         update: false,
+        swap: None,
     }
 }
 

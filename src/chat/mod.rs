@@ -19,6 +19,7 @@ pub mod input;
 pub mod keys;
 pub mod record;
 pub mod reply;
+pub mod store;
 pub mod thread;
 
 pub use approval::{ApprovalError, ApprovalPolicy, AskFor, AskIf, NoApproval};
@@ -28,4 +29,5 @@ pub use input::{AssistantMessageEvent, StreamLine, ToolRun};
 pub use keys::{Attempt, KeyError, MessageKey, ReplyKey};
 pub use record::ChatRecord;
 pub use reply::{End, Finished, FinishedReply, Reply, ReplyError};
+pub use store::{ChatStore, ChatStoreError, PendingReply};
 pub use thread::Thread;

@@ -97,27 +97,32 @@ struct Failure {
 
 impl From<DeviceError> for Failure {
     fn from(e: DeviceError) -> Self {
-        let environment = match &e {
-            DeviceError::Io { .. }
-            | DeviceError::StateFile { .. }
-            | DeviceError::Seal(SealError::KeyFile { .. }) => true,
-            DeviceError::Repo(repo) => matches!(
-                **repo,
-                RepoError::Engine(_)
-                    | RepoError::Identity(IdentityError::Io { .. })
-                    | RepoError::Identity(IdentityError::Permissions { .. })
-                    | RepoError::Car(CarError::Io(_))
-            ),
-            _ => false,
-        };
         Failure {
-            outcome: if environment {
+            outcome: if is_environment(&e) {
                 Outcome::Failed
             } else {
                 Outcome::Findings
             },
             message: e.to_string(),
         }
+    }
+}
+
+/// Whether a device error is the environment's (exit 2: I/O, key file
+/// permissions, a locked store) rather than a refusal (exit 1).
+pub(super) fn is_environment(e: &DeviceError) -> bool {
+    match e {
+        DeviceError::Io { .. }
+        | DeviceError::StateFile { .. }
+        | DeviceError::Seal(SealError::KeyFile { .. }) => true,
+        DeviceError::Repo(repo) => matches!(
+            **repo,
+            RepoError::Engine(_)
+                | RepoError::Identity(IdentityError::Io { .. })
+                | RepoError::Identity(IdentityError::Permissions { .. })
+                | RepoError::Car(CarError::Io(_))
+        ),
+        _ => false,
     }
 }
 

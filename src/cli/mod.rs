@@ -1,6 +1,7 @@
 //! The `gelstore` command line: argument parsing and dispatch. Each command
 //! group lives in its own module; they share the report printer in `report`.
 
+mod chat;
 mod device;
 mod lex;
 mod repo;
@@ -63,6 +64,10 @@ pub enum Command {
     /// join, ls, remove.
     #[command(subcommand)]
     Device(device::DeviceCommand),
+    /// Chats: new, ls, send, reply (from a recorded model stream), show,
+    /// approvals, approve.
+    #[command(subcommand)]
+    Chat(chat::ChatCommand),
 }
 
 /// Output style shared by every reporting command.
@@ -82,5 +87,6 @@ pub fn run(cli: Cli) -> Outcome {
         Command::Lex(cmd) => lex::run(cmd),
         Command::Repo(cmd) => repo::run(&cli.data, cmd),
         Command::Device(cmd) => device::run(&cli.data, cmd),
+        Command::Chat(cmd) => chat::run(&cli.data, cmd),
     }
 }

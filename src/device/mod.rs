@@ -184,6 +184,9 @@ pub struct SealedWrite {
     pub content: Value,
     /// Create the record (the key must be free), or replace it.
     pub update: bool,
+    /// With `update`: the CID the record must have now (compare-and-swap);
+    /// `None` replaces whatever is there.
+    pub swap: Option<crate::model::Cid>,
 }
 
 /// What [`init`] did.
@@ -415,7 +418,12 @@ impl Device {
             let value =
                 ipld_to_json(&sealed).map_err(|e| SealError::malformed("record", e.to_string()))?;
             writes.push(if item.update {
-                Write::update(&item.collection, &item.rkey, value)
+                Write::Update {
+                    collection: item.collection.clone(),
+                    rkey: item.rkey.clone(),
+                    value,
+                    swap: item.swap,
+                }
             } else {
                 Write::create(&item.collection, &item.rkey, value)
             });
@@ -423,6 +431,13 @@ impl Device {
         let mut all = wrap_writes(&wraps, &mut TidClock::new())?;
         all.extend(writes);
         self.commit(keyring, &all, wraps)
+    }
+
+    /// Applies clear (unsealed) writes as one signed commit, refused on a
+    /// read-only copy (a pending reply, which has no content yet).
+    pub fn apply(&mut self, writes: &[Write]) -> Result<CommitInfo, DeviceError> {
+        self.writable()?;
+        Ok(self.repo.apply(writes)?)
     }
 
     /// Opens the sealed field of the record at `collection/rkey`.

@@ -1,0 +1,988 @@
+//! Chats kept in a data folder (DESIGN §3–§6): the chat core joined to a
+//! [`Device`] (sealing, keys) and its [`Repository`](crate::repo::repository::Repository).
+//!
+//! Unlike the rest of `chat`, this module does I/O: it is the one place
+//! where the pure reply lifecycle meets storage and sealing.
+//!
+//! - [`ChatStore::create_chat`]: a `chat.gel.assistant.chat` record (TID
+//!   key), title sealed, default model in the clear.
+//! - [`ChatStore::send`]: a user message (TID key), text sealed,
+//!   `request.attempt` set, `parent` the reply it continues from.
+//! - [`ChatStore::start_reply`]: the `pending` reply at `{key}.r{attempt}`,
+//!   created if absent; a taken key is [`ChatStoreError::ReplyTaken`].
+//! - [`ChatStore::finish_reply`]: the finished reply's content sealed and
+//!   written with a swap on the pending version's CID, so exactly once (a
+//!   second finish is [`ChatStoreError::ReplyAlreadyFinished`]).
+//! - [`ChatStore::thread`]: a chat's messages opened, as the
+//!   [`Thread`] tree, with a [`ContentState`] per record
+//!   (`UnknownKey` for content this device has no key for).
+//! - Approvals: [`ChatStore::approvals`] lists waiting replies across all
+//!   chats from an index file (`chat-approvals.json` in the data folder,
+//!   rebuilt from the records when it is missing, unreadable, or older
+//!   than the repository's head); [`ChatStore::approve`] writes the answer.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::approval::{ApprovalError, check_answer, waiting_calls};
+use super::input::{LineError, StreamLine};
+use super::keys::{Attempt, KeyError, MessageKey, ReplyKey};
+use super::record::{ChatRecord, pending_reply, requested_reply, user_message};
+use super::reply::{End, Finished, FinishedReply, Reply};
+use super::thread::Thread;
+use super::{AssistantEvent, StreamError};
+use crate::device::{Device, DeviceError, SealedWrite};
+use crate::lexicon::chat::gel::assistant::chat::{Chat, SealedFields};
+use crate::lexicon::chat::gel::assistant::defs::{
+    ModelRef, PlainContent, PlainContentPartsItem, TextPart, ToolApprovalPart,
+};
+use crate::lexicon::chat::gel::assistant::message::{Message, MessageRole, MessageStatus};
+use crate::lexicon::support::{AtUri, Datetime};
+use crate::model::Cid;
+use crate::repo::repository::{RepoError, Write};
+use crate::repo::tid::{Tid, TidClock};
+use crate::seal::keyring::now_datetime;
+use crate::seal::{SealError, os_rng};
+
+/// The chat collection.
+pub const CHAT: &str = "chat.gel.assistant.chat";
+/// The message collection.
+pub const MESSAGE: &str = "chat.gel.assistant.message";
+/// The approval index, in the data folder.
+pub const APPROVAL_INDEX: &str = "chat-approvals.json";
+
+/// Why a chat operation failed. Nothing was written when one is returned.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ChatStoreError {
+    /// The device (keys, repository) failed or is not set up.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// The reply key already holds a reply: this attempt was started
+    /// (perhaps by another device or thread). Never overwritten.
+    #[error("reply {key} already exists: that attempt was started already (use the next attempt)")]
+    ReplyTaken { key: String },
+    /// The reply is no longer the pending version this run created: it was
+    /// finished already.
+    #[error("reply {key} was already finished; a reply is filled exactly once")]
+    ReplyAlreadyFinished { key: String },
+    /// No chat with this id.
+    #[error("no chat {chat}")]
+    NoChat { chat: String },
+    /// No message with this key.
+    #[error("no message {key}")]
+    NoMessage { key: String },
+    /// The message is not a user message (a reply answers a user message).
+    #[error("message {key} is not a user message")]
+    NotAUserMessage { key: String },
+    /// The parent reply is not in the chat.
+    #[error("no reply {parent} in chat {chat}")]
+    NoParent { parent: String, chat: String },
+    /// A key or attempt is malformed.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// An approval answer was refused.
+    #[error("{}: {}", .0.code().as_str(), .0)]
+    Approval(#[from] ApprovalError),
+    /// A record or value this module built or read is not valid.
+    #[error("invalid {what}: {reason}")]
+    Invalid { what: String, reason: String },
+    /// The approval index file failed.
+    #[error("approval index {path}: {source}")]
+    Index {
+        path: String,
+        source: std::io::Error,
+    },
+}
+
+type Result<T, E = ChatStoreError> = std::result::Result<T, E>;
+
+fn invalid(what: &str, reason: impl std::fmt::Display) -> ChatStoreError {
+    ChatStoreError::Invalid {
+        what: what.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// A reply created `pending` by [`ChatStore::start_reply`]: where it is
+/// and the CID its finish swaps on.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingReply {
+    pub key: ReplyKey,
+    /// The chat's record key.
+    pub chat: String,
+    /// The pending record.
+    pub record: Message,
+    /// The pending version's CID.
+    pub cid: Cid,
+}
+
+/// What a message's content is, as this device sees it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase", tag = "state", content = "reason")]
+pub enum ContentState {
+    /// Opened.
+    Open,
+    /// No content (a pending reply).
+    Empty,
+    /// Sealed with a key this device does not hold.
+    UnknownKey,
+    /// Sealed, and it did not open (forged, damaged, invalid plaintext).
+    Unreadable(String),
+}
+
+/// A chat's thread, opened.
+#[derive(Clone, Debug)]
+pub struct ChatThread {
+    /// The chat's record key.
+    pub chat: String,
+    /// The chat record.
+    pub record: Chat,
+    /// Its sealed fields, if they opened.
+    pub fields: Option<SealedFields>,
+    /// The tree.
+    pub thread: Thread,
+    /// The content state of each message, by key.
+    pub states: BTreeMap<String, ContentState>,
+}
+
+/// One waiting call of a waiting reply.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingCall {
+    pub call_id: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<String>,
+}
+
+/// A reply waiting for an approval answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingApproval {
+    /// The waiting reply's key.
+    pub reply: String,
+    /// The chat's record key.
+    pub chat: String,
+    /// Its waiting calls (empty if this device cannot open the reply).
+    pub calls: Vec<WaitingCall>,
+    /// Whether this device could open the reply.
+    pub readable: bool,
+}
+
+/// One waiting reply in the index file: keys only. Tool names and
+/// arguments are sealed content, so they stay in the records and are
+/// opened when the list is read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct IndexEntry {
+    reply: String,
+    chat: String,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct IndexFile {
+    version: u32,
+    /// The repository head this index reflects.
+    head: String,
+    waiting: Vec<IndexEntry>,
+}
+
+/// Chats in one data folder: the device (keys and repository) and the
+/// approval index.
+pub struct ChatStore {
+    dir: PathBuf,
+    device: Device,
+    clock: TidClock,
+    waiting: BTreeMap<String, IndexEntry>,
+    /// How the index was loaded: `true` if it was rebuilt from records.
+    rebuilt: bool,
+}
+
+impl std::fmt::Debug for ChatStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatStore")
+            .field("dir", &self.dir)
+            .field("waiting", &self.waiting.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChatStore {
+    /// Opens the data folder's device (`gelstore device init` first) and
+    /// the approval index (rebuilt from the records if missing or stale).
+    pub fn open(dir: impl AsRef<Path>) -> Result<ChatStore> {
+        let dir = dir.as_ref().to_path_buf();
+        let device = Device::open(&dir)?;
+        let mut store = ChatStore {
+            dir,
+            device,
+            clock: TidClock::new(),
+            waiting: BTreeMap::new(),
+            rebuilt: false,
+        };
+        store.load_index()?;
+        Ok(store)
+    }
+
+    /// The device.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Whether opening rebuilt the approval index from the records.
+    pub fn index_rebuilt(&self) -> bool {
+        self.rebuilt
+    }
+
+    fn did(&self) -> &str {
+        self.device.repo().did()
+    }
+
+    fn chat_uri(&self, chat: &str) -> Result<AtUri> {
+        AtUri::new(format!("at://{}/{CHAT}/{chat}", self.did())).map_err(|e| invalid("chat", e))
+    }
+
+    fn now() -> Result<Datetime> {
+        Datetime::new(now_datetime()).map_err(|e| invalid("createdAt", e))
+    }
+
+    fn next_tid(&mut self) -> Result<Tid> {
+        self.clock
+            .next_tid()
+            .map_err(|e| ChatStoreError::Device(DeviceError::from(RepoError::from(e))))
+    }
+
+    /// Creates a chat; returns its record key (a TID).
+    pub fn create_chat(&mut self, title: Option<&str>, model: Option<ModelRef>) -> Result<String> {
+        let rkey = self.next_tid()?.to_string();
+        let record = Chat {
+            sealed: None,
+            model,
+            tools: None,
+            effort: None,
+            created_at: Self::now()?,
+            extra: Default::default(),
+        };
+        let fields = SealedFields {
+            title: title.map(str::to_string),
+            system_prompt: None,
+            extra: Default::default(),
+        };
+        self.seal_and_apply(SealedWrite {
+            collection: CHAT.into(),
+            rkey: rkey.clone(),
+            chat: rkey.clone(),
+            record: to_json("chat", &record)?,
+            content: to_json("chat fields", &fields)?,
+            update: false,
+            swap: None,
+        })?;
+        Ok(rkey)
+    }
+
+    fn seal_and_apply(&mut self, write: SealedWrite) -> Result<Cid> {
+        self.device.apply_sealed(&[write], &mut os_rng())?;
+        self.save_index()?;
+        Ok(self.device.repo().head().commit)
+    }
+
+    /// The chat record at `chat`.
+    pub fn chat(&self, chat: &str) -> Result<Chat> {
+        let entry = self
+            .device
+            .repo()
+            .get(CHAT, chat)
+            .map_err(|e| match e {
+                RepoError::Record(_) => ChatStoreError::NoChat {
+                    chat: chat.chars().take(64).collect(),
+                },
+                e => DeviceError::from(e).into(),
+            })?
+            .ok_or_else(|| ChatStoreError::NoChat {
+                chat: chat.to_string(),
+            })?;
+        serde_json::from_value(entry.value).map_err(|e| invalid("chat record", e))
+    }
+
+    fn message(&self, key: &str) -> Result<(Message, Cid)> {
+        let entry = self
+            .device
+            .repo()
+            .get(MESSAGE, key)
+            .map_err(|e| match e {
+                RepoError::Record(_) => ChatStoreError::NoMessage {
+                    key: key.chars().take(64).collect(),
+                },
+                e => DeviceError::from(e).into(),
+            })?
+            .ok_or_else(|| ChatStoreError::NoMessage {
+                key: key.to_string(),
+            })?;
+        let m = serde_json::from_value(entry.value).map_err(|e| invalid("message record", e))?;
+        Ok((m, entry.cid))
+    }
+
+    /// Sends a user message with `text` to `chat`, continuing from `parent`
+    /// (absent on a chat's first message) and asking for reply `attempt`.
+    /// Returns its key (a TID). A message continuing from a waiting reply
+    /// is that reply's answer (see [`ChatStore::approve`]).
+    pub fn send(
+        &mut self,
+        chat: &str,
+        text: &str,
+        parent: Option<ReplyKey>,
+        attempt: Attempt,
+    ) -> Result<Tid> {
+        let content = PlainContent {
+            parts: vec![PlainContentPartsItem::TextPart(TextPart {
+                provider_data: None,
+                text: text.to_string(),
+                extra: Default::default(),
+            })],
+            extra: Default::default(),
+        };
+        self.write_user(chat, content, parent, attempt)
+    }
+
+    fn write_user(
+        &mut self,
+        chat: &str,
+        content: PlainContent,
+        parent: Option<ReplyKey>,
+        attempt: Attempt,
+    ) -> Result<Tid> {
+        self.chat(chat)?;
+        if let Some(p) = parent {
+            let missing = || ChatStoreError::NoParent {
+                parent: p.to_string(),
+                chat: chat.to_string(),
+            };
+            let (m, _) = self.message(&p.to_string()).map_err(|e| match e {
+                ChatStoreError::NoMessage { .. } => missing(),
+                e => e,
+            })?;
+            if chat_of(&m) != Some(chat) {
+                return Err(missing());
+            }
+        }
+        let key = self.next_tid()?;
+        let record = user_message(self.chat_uri(chat)?, parent, attempt, Self::now()?);
+        use crate::lexicon::support::Validate;
+        content
+            .validate()
+            .map_err(|e| invalid("message content", e))?;
+        self.device.apply_sealed(
+            &[SealedWrite {
+                collection: MESSAGE.into(),
+                rkey: key.to_string(),
+                chat: chat.to_string(),
+                record: to_json("message", &record)?,
+                content: to_json("message content", &content)?,
+                update: false,
+                swap: None,
+            }],
+            &mut os_rng(),
+        )?;
+        // A user message continuing from a waiting reply answers it.
+        if let Some(p) = parent {
+            self.waiting.remove(&p.to_string());
+        }
+        self.save_index()?;
+        Ok(key)
+    }
+
+    /// Creates the `pending` reply `{message}.r{attempt}` (create-if-absent:
+    /// a taken key is [`ChatStoreError::ReplyTaken`]). `attempt` defaults
+    /// to the one the user message asks for. Returns what
+    /// [`ChatStore::finish_reply`] needs.
+    pub fn start_reply(&mut self, message: Tid, attempt: Option<Attempt>) -> Result<PendingReply> {
+        let (user, _) = self.message(&message.to_string())?;
+        if user.role != MessageRole::User {
+            return Err(ChatStoreError::NotAUserMessage {
+                key: message.to_string(),
+            });
+        }
+        let attempt = match attempt {
+            Some(a) => a,
+            None => {
+                requested_reply(&message.to_string(), &user).map_or(Attempt::FIRST, |k| k.attempt())
+            }
+        };
+        let key = ReplyKey::new(message, attempt);
+        let chat = chat_of(&user)
+            .ok_or_else(|| {
+                invalid(
+                    "message",
+                    "its chat is not a chat record of this repository",
+                )
+            })?
+            .to_string();
+        let record = pending_reply(user.chat.clone(), Self::now()?);
+        self.device
+            .apply(&[Write::create(
+                MESSAGE,
+                key.to_string(),
+                to_json("reply", &record)?,
+            )])
+            .map_err(|e| taken(e, &key.to_string()))?;
+        let cid = self
+            .device
+            .repo()
+            .get_cid(MESSAGE, &key.to_string())
+            .map_err(DeviceError::from)?
+            .ok_or_else(|| invalid("reply", "the pending reply is missing after its commit"))?;
+        // A newer attempt supersedes a waiting one.
+        self.waiting.retain(|k, _| match ReplyKey::parse(k) {
+            Ok(w) => !(w.message() == message && w.attempt() < attempt),
+            Err(_) => true,
+        });
+        self.save_index()?;
+        Ok(PendingReply {
+            key,
+            chat,
+            record,
+            cid,
+        })
+    }
+
+    /// Writes the finished reply: its clear fields into the pending record,
+    /// its content sealed, swapped on the pending version's CID. A second
+    /// finish (of this or any run of the key) is
+    /// [`ChatStoreError::ReplyAlreadyFinished`]. Returns the new CID.
+    pub fn finish_reply(
+        &mut self,
+        pending: &PendingReply,
+        finished: &FinishedReply,
+    ) -> Result<Cid> {
+        if finished.key != pending.key {
+            return Err(invalid(
+                "finished reply",
+                format!("it is for {}, not {}", finished.key, pending.key),
+            ));
+        }
+        let key = pending.key.to_string();
+        let mut record = pending.record.clone();
+        finished.fill(&mut record);
+        self.device
+            .apply_sealed(
+                &[SealedWrite {
+                    collection: MESSAGE.into(),
+                    rkey: key.clone(),
+                    chat: pending.chat.clone(),
+                    record: to_json("reply", &record)?,
+                    content: to_json("reply content", &finished.content)?,
+                    update: true,
+                    swap: Some(pending.cid),
+                }],
+                &mut os_rng(),
+            )
+            .map_err(|e| match e {
+                DeviceError::Repo(r)
+                    if matches!(
+                        *r,
+                        RepoError::SwapMismatch { .. } | RepoError::RecordNotFound { .. }
+                    ) =>
+                {
+                    ChatStoreError::ReplyAlreadyFinished { key: key.clone() }
+                }
+                e => e.into(),
+            })?;
+        if finished.status == MessageStatus::Waiting {
+            self.waiting.insert(
+                key.clone(),
+                IndexEntry {
+                    reply: key.clone(),
+                    chat: pending.chat.clone(),
+                },
+            );
+        }
+        self.save_index()?;
+        self.device
+            .repo()
+            .get_cid(MESSAGE, &key)
+            .map_err(DeviceError::from)?
+            .ok_or_else(|| invalid("reply", "missing after its commit"))
+    }
+
+    /// Starts the reply and runs a recorded run (JSON lines) through it,
+    /// calling `on_event` with each event as it is made, then finishes it.
+    pub fn run_reply(
+        &mut self,
+        message: Tid,
+        attempt: Option<Attempt>,
+        policy: std::sync::Arc<dyn super::ApprovalPolicy + Send + Sync>,
+        lines: impl IntoIterator<Item = std::io::Result<String>>,
+        on_event: impl FnMut(&AssistantEvent),
+    ) -> Result<(PendingReply, FinishedReply)> {
+        self.run_reply_with(message, attempt, policy, &BTreeMap::new(), lines, on_event)
+    }
+
+    /// [`ChatStore::run_reply`], where `message` may be an approval answer
+    /// (a user message of `toolApprovalPart`s continuing from a waiting
+    /// reply): then the reply starts with the decided calls repeated, each
+    /// followed by its result (`Reply::resume`). `tool_runs` holds the
+    /// results of the approved calls, by call id (the host ran them);
+    /// denied calls get a refused error result. An approved call without
+    /// a result is refused before anything is written.
+    pub fn run_reply_with(
+        &mut self,
+        message: Tid,
+        attempt: Option<Attempt>,
+        policy: std::sync::Arc<dyn super::ApprovalPolicy + Send + Sync>,
+        tool_runs: &BTreeMap<String, super::ToolRun>,
+        lines: impl IntoIterator<Item = std::io::Result<String>>,
+        mut on_event: impl FnMut(&AssistantEvent),
+    ) -> Result<(PendingReply, FinishedReply)> {
+        let settled = self.settled_answer(message, tool_runs)?;
+        if settled.is_none() && !tool_runs.is_empty() {
+            return Err(invalid(
+                "tool results",
+                format!(
+                    "{message} is not an approval answer; there is no call to give a result to"
+                ),
+            ));
+        }
+        let pending = self.start_reply(message, attempt)?;
+        let (reply, first) = match &settled {
+            None => (Reply::new(pending.key, policy), Vec::new()),
+            Some(settled) => Reply::resume(pending.key, policy, settled)
+                .map_err(|e| invalid("reply to the answer", e))?,
+        };
+        for e in &first {
+            on_event(e);
+        }
+        let mut run = LineRun::new(reply);
+        let mut events = Vec::new();
+        for line in lines {
+            match line {
+                Ok(line) => run.feed(&line, &mut events),
+                Err(e) => {
+                    run.cut_by(e);
+                }
+            }
+            for e in events.drain(..) {
+                on_event(&e);
+            }
+            if run.stopped() {
+                break;
+            }
+        }
+        let finished = run.end();
+        for e in &finished.events {
+            on_event(e);
+        }
+        self.finish_reply(&pending, &finished.reply)?;
+        Ok((pending, finished.reply))
+    }
+
+    /// If `message` answers a waiting reply: its decisions settled (denied
+    /// calls refused, approved ones with their result from `tool_runs`).
+    fn settled_answer(
+        &self,
+        message: Tid,
+        tool_runs: &BTreeMap<String, super::ToolRun>,
+    ) -> Result<Option<Vec<super::approval::Settled>>> {
+        let key = message.to_string();
+        let (m, _) = self.message(&key)?;
+        let Some(parent) = super::record::parent_reply(&m) else {
+            return Ok(None);
+        };
+        let Some(chat) = chat_of(&m) else {
+            return Ok(None);
+        };
+        let (records, _) = self.chat_records(chat)?;
+        let is_waiting = records
+            .iter()
+            .any(|r| r.key == parent.to_string() && r.message.status == MessageStatus::Waiting);
+        let Some(answer) = records.iter().find(|r| r.key == key) else {
+            return Ok(None);
+        };
+        let decisions: Vec<ToolApprovalPart> = answer
+            .content
+            .iter()
+            .flat_map(|c| &c.parts)
+            .filter_map(|p| match p {
+                PlainContentPartsItem::ToolApprovalPart(a) => Some(a.clone()),
+                _ => None,
+            })
+            .collect();
+        if !is_waiting || decisions.is_empty() {
+            return Ok(None);
+        }
+        // The answer checked as it was made: against the chat without it
+        // (and without later messages continuing from the waiting reply).
+        let before: Vec<ChatRecord> = records
+            .into_iter()
+            .filter(|r| {
+                !(r.message.role == MessageRole::User
+                    && r.message.parent.as_ref().map(|p| p.as_str()) == Some(&*parent.to_string()))
+            })
+            .collect();
+        let resolution = check_answer(&before, &parent.to_string(), &decisions)?;
+        let missing: Vec<&str> = resolution
+            .calls
+            .iter()
+            .filter(|c| {
+                c.decision == super::approval::Decision::Approved
+                    && !tool_runs.contains_key(&c.call.call_id)
+            })
+            .map(|c| c.call.call_id.as_str())
+            .collect();
+        if !missing.is_empty() {
+            return Err(invalid(
+                "tool results",
+                format!(
+                    "approved call(s) {} need a result (the host runs the tool)",
+                    missing.join(", ")
+                ),
+            ));
+        }
+        if let Some(extra) = tool_runs.keys().find(|k| {
+            !resolution
+                .calls
+                .iter()
+                .any(|c| &c.call.call_id == *k && c.decision == super::approval::Decision::Approved)
+        }) {
+            return Err(invalid(
+                "tool results",
+                format!("call {extra:?} is not an approved call of reply {parent}"),
+            ));
+        }
+        Ok(Some(resolution.settle(|c| tool_runs[&c.call_id].clone())))
+    }
+
+    /// Every message record of `chat`, opened where this device can, with
+    /// each one's content state.
+    fn chat_records(
+        &self,
+        chat: &str,
+    ) -> Result<(Vec<ChatRecord>, BTreeMap<String, ContentState>)> {
+        let mut records = Vec::new();
+        let mut states = BTreeMap::new();
+        for (key, message, cid) in self.all_messages()? {
+            let _ = cid;
+            if chat_of(&message) != Some(chat) {
+                continue;
+            }
+            let (content, state) = self.open_content(&key, &message);
+            states.insert(key.clone(), state);
+            records.push(ChatRecord::new(key, message, content));
+        }
+        Ok((records, states))
+    }
+
+    fn open_content(&self, key: &str, message: &Message) -> (Option<PlainContent>, ContentState) {
+        if message.content.is_none() {
+            return (None, ContentState::Empty);
+        }
+        match self.device.open_sealed_json(MESSAGE, key) {
+            Ok(v) => match serde_json::from_value::<PlainContent>(v) {
+                Ok(c) => (Some(c), ContentState::Open),
+                Err(e) => (None, ContentState::Unreadable(e.to_string())),
+            },
+            Err(DeviceError::Seal(SealError::UnknownKey { .. })) => {
+                (None, ContentState::UnknownKey)
+            }
+            Err(e) => (None, ContentState::Unreadable(e.to_string())),
+        }
+    }
+
+    /// Every message record: `(key, record, cid)`, in key order. Records
+    /// that do not decode are skipped.
+    fn all_messages(&self) -> Result<Vec<(String, Message, Cid)>> {
+        let repo = self.device.repo();
+        let mut out = Vec::new();
+        for item in repo.list(Some(MESSAGE)).map_err(DeviceError::from)? {
+            let (path, cid) = item.map_err(DeviceError::from)?;
+            let key = path.rsplit('/').next().unwrap_or_default().to_string();
+            let Some(entry) = repo.get(MESSAGE, &key).map_err(DeviceError::from)? else {
+                continue;
+            };
+            if let Ok(m) = serde_json::from_value::<Message>(entry.value) {
+                out.push((key, m, cid));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The chats: `(record key, record)`, in key (creation) order.
+    pub fn chats(&self) -> Result<Vec<(String, Chat)>> {
+        let repo = self.device.repo();
+        let mut out = Vec::new();
+        for item in repo.list(Some(CHAT)).map_err(DeviceError::from)? {
+            let (path, _) = item.map_err(DeviceError::from)?;
+            let key = path.rsplit('/').next().unwrap_or_default().to_string();
+            if let Ok(c) = self.chat(&key) {
+                out.push((key, c));
+            }
+        }
+        Ok(out)
+    }
+
+    /// The chat's thread, opened.
+    pub fn thread(&self, chat: &str) -> Result<ChatThread> {
+        let record = self.chat(chat)?;
+        let fields = self
+            .device
+            .open_sealed_json(CHAT, chat)
+            .ok()
+            .and_then(|v| serde_json::from_value::<SealedFields>(v).ok());
+        let (records, states) = self.chat_records(chat)?;
+        Ok(ChatThread {
+            chat: chat.to_string(),
+            record,
+            fields,
+            thread: Thread::build(records),
+            states,
+        })
+    }
+
+    /// The replies waiting for an approval answer, across all chats, from
+    /// the index.
+    pub fn approvals(&self) -> Result<Vec<WaitingApproval>> {
+        let mut out = Vec::with_capacity(self.waiting.len());
+        for e in self.waiting.values() {
+            let (m, _) = self.message(&e.reply)?;
+            let (content, _) = self.open_content(&e.reply, &m);
+            out.push(WaitingApproval {
+                reply: e.reply.clone(),
+                chat: e.chat.clone(),
+                calls: content.as_ref().map(calls_of).unwrap_or_default(),
+                readable: content.is_some(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Writes the answer to the waiting reply `reply`: a user message
+    /// continuing from it whose content holds one `toolApprovalPart` per
+    /// waiting call (calls `decisions` does not mention are denied).
+    /// Refusals are [`ChatStoreError::Approval`] (`pending_resolved`,
+    /// `pending_unknown`, `pending_superseded`, …). Returns the answer's key.
+    pub fn approve(&mut self, reply: &str, decisions: &[ToolApprovalPart]) -> Result<Tid> {
+        let key = ReplyKey::parse(reply).map_err(|e| {
+            ApprovalError::PendingUnknown(format!("{reply:?} is not a reply key: {e}"))
+        })?;
+        let (message, _) = self.message(reply).map_err(|e| match e {
+            ChatStoreError::NoMessage { .. } => {
+                ApprovalError::PendingUnknown(format!("no reply {reply}")).into()
+            }
+            e => e,
+        })?;
+        let chat = chat_of(&message)
+            .ok_or_else(|| invalid("reply", "its chat is not a chat record of this repository"))?
+            .to_string();
+        let (records, _) = self.chat_records(&chat)?;
+        let resolution = check_answer(&records, reply, decisions)?;
+        let answer = self.write_user(
+            &chat,
+            resolution.answer_content(),
+            Some(key),
+            Attempt::FIRST,
+        )?;
+        Ok(answer)
+    }
+
+    fn index_path(&self) -> PathBuf {
+        self.dir.join(APPROVAL_INDEX)
+    }
+
+    fn load_index(&mut self) -> Result<()> {
+        let head = self.device.repo().head().commit.to_string();
+        let loaded = std::fs::read(self.index_path())
+            .ok()
+            .and_then(|b| serde_json::from_slice::<IndexFile>(&b).ok())
+            .filter(|f| f.version == 1 && f.head == head);
+        match loaded {
+            Some(f) => {
+                self.waiting = f
+                    .waiting
+                    .into_iter()
+                    .map(|w| (w.reply.clone(), w))
+                    .collect();
+            }
+            None => {
+                self.rebuild_index()?;
+                self.rebuilt = true;
+                self.save_index()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the approval index from the records: every `waiting` reply
+    /// that no newer attempt replaced and no user message continues from.
+    pub fn rebuild_index(&mut self) -> Result<()> {
+        let messages = self.all_messages()?;
+        let answered: HashSet<String> = messages
+            .iter()
+            .filter(|(_, m, _)| m.role == MessageRole::User)
+            .filter_map(|(_, m, _)| m.parent.as_ref().map(|p| p.as_str().to_string()))
+            .collect();
+        let mut newest: BTreeMap<Tid, Attempt> = BTreeMap::new();
+        for (k, _, _) in &messages {
+            if let Ok(MessageKey::Reply(r)) = MessageKey::parse(k) {
+                let e = newest.entry(r.message()).or_insert(r.attempt());
+                *e = (*e).max(r.attempt());
+            }
+        }
+        let mut waiting = BTreeMap::new();
+        for (k, m, _) in &messages {
+            let Ok(MessageKey::Reply(r)) = MessageKey::parse(k) else {
+                continue;
+            };
+            if m.status != MessageStatus::Waiting
+                || answered.contains(k)
+                || newest.get(&r.message()).is_some_and(|&a| a > r.attempt())
+            {
+                continue;
+            }
+            let Some(chat) = chat_of(m) else { continue };
+            waiting.insert(
+                k.clone(),
+                IndexEntry {
+                    reply: k.clone(),
+                    chat: chat.to_string(),
+                },
+            );
+        }
+        self.waiting = waiting;
+        Ok(())
+    }
+
+    /// Saves the index with the current head (atomically: a temporary file
+    /// renamed over it). Called after every commit this store makes.
+    fn save_index(&self) -> Result<()> {
+        let file = IndexFile {
+            version: 1,
+            head: self.device.repo().head().commit.to_string(),
+            waiting: self.waiting.values().cloned().collect(),
+        };
+        let path = self.index_path();
+        let io = |source| ChatStoreError::Index {
+            path: path.display().to_string(),
+            source,
+        };
+        let bytes = serde_json::to_vec_pretty(&file).map_err(|e| io(e.into()))?;
+        let tmp = self.dir.join(format!("{APPROVAL_INDEX}.tmp"));
+        {
+            use std::io::Write as _;
+            let mut opts = std::fs::OpenOptions::new();
+            opts.write(true).create(true).truncate(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+            let mut f = opts.open(&tmp).map_err(io)?;
+            // No fsync: an index lost or torn in a crash is at another
+            // head, or does not parse, and is rebuilt at the next open.
+            f.write_all(&bytes).map_err(io)?;
+        }
+        std::fs::rename(&tmp, &path).map_err(io)?;
+        Ok(())
+    }
+}
+
+fn calls_of(content: &PlainContent) -> Vec<WaitingCall> {
+    waiting_calls(content)
+        .map(|c| WaitingCall {
+            call_id: c.call_id.clone(),
+            name: c.name.clone(),
+            arguments: c.arguments.clone(),
+        })
+        .collect()
+}
+
+/// The chat record key a message belongs to, if its `chat` is a chat
+/// record URI (`at://did/chat.gel.assistant.chat/KEY`).
+fn chat_of(m: &Message) -> Option<&str> {
+    let rest = m.chat.as_str().strip_prefix("at://")?;
+    let mut it = rest.splitn(3, '/');
+    let _did = it.next()?;
+    (it.next()? == CHAT).then_some(())?;
+    it.next()
+}
+
+fn to_json(what: &str, v: &impl Serialize) -> Result<Value> {
+    serde_json::to_value(v).map_err(|e| invalid(what, e))
+}
+
+fn taken(e: DeviceError, key: &str) -> ChatStoreError {
+    match e {
+        DeviceError::Repo(r) if matches!(*r, RepoError::RecordExists { .. }) => {
+            ChatStoreError::ReplyTaken {
+                key: key.to_string(),
+            }
+        }
+        e => e.into(),
+    }
+}
+
+/// A recorded run fed line by line (what [`Reply::run_jsonl`] does for a
+/// whole string, for input that arrives over time: events come out as
+/// each line goes in).
+#[derive(Debug)]
+pub struct LineRun {
+    reply: Reply,
+    end: Option<End>,
+    line: usize,
+    stopped: bool,
+}
+
+impl LineRun {
+    pub fn new(reply: Reply) -> LineRun {
+        LineRun {
+            reply,
+            end: None,
+            line: 0,
+            stopped: false,
+        }
+    }
+
+    /// Whether the run took its end or failed: later lines are not read.
+    pub fn stopped(&self) -> bool {
+        self.stopped
+    }
+
+    /// Feeds one line; the events it makes go to `events`.
+    pub fn feed(&mut self, line: &str, events: &mut Vec<AssistantEvent>) {
+        self.line += 1;
+        if self.stopped || line.trim().is_empty() {
+            return;
+        }
+        if self.end.is_some() {
+            self.reply.fail(StreamError::Line {
+                line: self.line,
+                error: LineError::Malformed {
+                    kind: "line".into(),
+                    reason: "a line after the end of the run".into(),
+                },
+            });
+            self.stopped = true;
+            return;
+        }
+        match StreamLine::parse(line) {
+            Ok(l) => self.end = self.reply.apply(l, events),
+            Err(error) => self.reply.fail(StreamError::Line {
+                line: self.line,
+                error,
+            }),
+        }
+        if self.reply.failure().is_some() {
+            self.stopped = true;
+        }
+    }
+
+    /// The input failed to read: the run is cut where it is.
+    pub fn cut_by(&mut self, _e: std::io::Error) {
+        self.stopped = true;
+    }
+
+    /// Finishes the run (a run without an end is a cut); the returned
+    /// events are the ones the end makes.
+    pub fn end(self) -> Finished {
+        self.reply.finish(self.end.unwrap_or(End::Cut))
+    }
+}

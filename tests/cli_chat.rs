@@ -1,0 +1,593 @@
+//! `gelstore chat …` through the real binary: each call is its own process,
+//! so every step is also a restart.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn streams() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/streams")
+}
+
+fn gel(data: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gelstore"))
+        .arg("--data")
+        .arg(data)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn gel_stdin(data: &Path, args: &[&str], input: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gelstore"))
+        .arg("--data")
+        .arg(data)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Runs and expects exit 0; returns stdout's first line.
+fn ok(data: &Path, args: &[&str]) -> String {
+    let out = gel(data, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Runs and expects exit 1; returns stderr.
+fn refused(data: &Path, args: &[&str]) -> String {
+    let out = gel(data, args);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stderr).unwrap()
+}
+
+fn device() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    ok(dir.path(), &["device", "init"]);
+    dir
+}
+
+fn show(data: &Path, chat: &str) -> Value {
+    serde_json::from_str(&ok(
+        data,
+        &["chat", "show", "--chat", chat, "--format", "json"],
+    ))
+    .unwrap()
+}
+
+fn message<'a>(thread: &'a Value, key: &str) -> &'a Value {
+    thread["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["key"] == key)
+        .unwrap_or_else(|| panic!("no message {key} in {thread}"))
+}
+
+fn approvals(data: &Path) -> Vec<Value> {
+    let out = gel(data, &["chat", "approvals", "--format", "json"]);
+    assert!(out.status.success());
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn without_a_device_it_says_to_init() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = refused(dir.path(), &["chat", "new", "--title", "x"]);
+    assert!(err.contains("gelstore device init"), "{err}");
+}
+
+#[test]
+fn new_send_reply_show() {
+    let dir = device();
+    let d = dir.path();
+    let chat = ok(
+        d,
+        &[
+            "chat",
+            "new",
+            "--title",
+            "Greetings",
+            "--model",
+            "anthropic/claude-sonnet-4-5",
+        ],
+    );
+    let msg = ok(d, &["chat", "send", "--chat", &chat, "Say hello"]);
+    let case = streams().join("plain_text_small_deltas");
+    let out = gel(
+        d,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &msg,
+            "--events",
+            case.join("input.jsonl").to_str().unwrap(),
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The live events, as the stream fixtures expect them for this key.
+    let expected = std::fs::read_to_string(case.join("expected.events.jsonl"))
+        .unwrap()
+        .replace("3lbqzdw5pzk22.r0", &format!("{msg}.r0"));
+    let got: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let want: Vec<Value> = expected
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(got, want);
+
+    // Read back (another process): the record's content is the fixture's.
+    let thread = show(d, &chat);
+    assert_eq!(thread["title"], "Greetings");
+    assert_eq!(thread["model"], "anthropic/claude-sonnet-4-5");
+    let record: Value =
+        serde_json::from_str(&std::fs::read_to_string(case.join("expected.record.json")).unwrap())
+            .unwrap();
+    let reply = message(&thread, &format!("{msg}.r0"));
+    assert_eq!(reply["status"], "complete");
+    assert_eq!(reply["state"], "open");
+    assert_eq!(reply["content"], record["content"]);
+    assert_eq!(
+        message(&thread, &msg)["content"]["parts"][0]["text"],
+        "Say hello"
+    );
+
+    // The attempt is taken: refused, never overwritten.
+    let err = refused(
+        d,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &msg,
+            "--events",
+            case.join("input.jsonl").to_str().unwrap(),
+        ],
+    );
+    assert!(err.contains("already exists"), "{err}");
+
+    // A regeneration from stdin, and a continuation from it.
+    let input = std::fs::read(streams().join("end_replaces_deltas/input.jsonl")).unwrap();
+    let out = gel_stdin(
+        d,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &msg,
+            "--attempt",
+            "1",
+            "--events",
+            "-",
+        ],
+        &input,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let next = ok(
+        d,
+        &[
+            "chat",
+            "send",
+            "--chat",
+            &chat,
+            "--parent",
+            &format!("{msg}.r1"),
+            "And then?",
+        ],
+    );
+    let thread = show(d, &chat);
+    let keys: Vec<&str> = thread["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["key"].as_str().unwrap())
+        .collect();
+    let (r0, r1) = (format!("{msg}.r0"), format!("{msg}.r1"));
+    assert_eq!(
+        keys,
+        vec![msg.as_str(), r0.as_str(), r1.as_str(), next.as_str()]
+    );
+    assert_eq!(message(&thread, &next)["parent"], r1);
+
+    // Human output names the chat and its messages.
+    let human = String::from_utf8(gel(d, &["chat", "show", "--chat", &chat]).stdout).unwrap();
+    assert!(
+        human.contains("Greetings") && human.contains("And then?"),
+        "{human}"
+    );
+
+    // Named refusals.
+    let err = refused(d, &["chat", "show", "--chat", "3lbqzdw5pzk22"]);
+    assert!(err.contains("no chat"), "{err}");
+    let err = refused(
+        d,
+        &[
+            "chat",
+            "send",
+            "--chat",
+            &chat,
+            "--parent",
+            "3lbqzdw5pzk22.r0",
+            "x",
+        ],
+    );
+    assert!(err.contains("no reply 3lbqzdw5pzk22.r0"), "{err}");
+}
+
+#[test]
+fn approval_round_trip_across_restarts() {
+    let dir = device();
+    let d = dir.path();
+    let chat = ok(d, &["chat", "new", "--title", "Cleanup"]);
+    let msg = ok(d, &["chat", "send", "--chat", &chat, "Delete my drafts"]);
+    let input = streams().join("approval_waiting/input.jsonl");
+    let input = input.to_str().unwrap();
+    let reply = format!("{msg}.r0");
+    let out = gel(
+        d,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &msg,
+            "--events",
+            input,
+            "--approve-tools",
+            "delete_files,list_files",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(
+        events.matches("\"confirm_required\"").count(),
+        2,
+        "{events}"
+    );
+    assert!(!events.contains("\"done\""), "{events}");
+
+    // Listed by a new process, and again after the index file is lost.
+    let listed = approvals(d);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["reply"], reply);
+    assert_eq!(listed[0]["chat"], chat);
+    let calls: Vec<&str> = listed[0]["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["callId"].as_str().unwrap())
+        .collect();
+    assert_eq!(calls, vec!["toolu_11", "toolu_12"]);
+    // The index holds keys only: tool names and arguments stay sealed.
+    let index = std::fs::read_to_string(d.join("chat-approvals.json")).unwrap();
+    assert!(index.contains(&reply), "{index}");
+    assert!(
+        !index.contains("delete_files") && !index.contains("drafts"),
+        "{index}"
+    );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(d.join("chat-approvals.json"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o077, 0, "{mode:o}");
+    }
+    std::fs::remove_file(d.join("chat-approvals.json")).unwrap();
+    assert_eq!(approvals(d), listed);
+    assert!(d.join("chat-approvals.json").exists());
+
+    // Named refusals: an unknown call, a reply that does not wait.
+    let err = refused(
+        d,
+        &["chat", "approve", "--reply", &reply, "--allow", "toolu_99"],
+    );
+    assert!(err.contains("pending_unknown"), "{err}");
+    let err = refused(d, &["chat", "approve", "--reply", &format!("{msg}.r5")]);
+    assert!(err.contains("pending_unknown"), "{err}");
+
+    // The answer: toolu_11 allowed; toolu_12 not mentioned, so denied.
+    let answer = ok(
+        d,
+        &[
+            "chat", "approve", "--reply", &reply, "--allow", "toolu_11", "--reason", "ok",
+        ],
+    );
+    let thread = show(d, &chat);
+    let a = message(&thread, &answer);
+    assert_eq!(a["parent"], reply);
+    let parts = a["content"]["parts"].as_array().unwrap();
+    assert_eq!(parts.len(), 2);
+    assert_eq!(parts[0]["callId"], "toolu_11");
+    assert_eq!(parts[0]["decision"], "approved");
+    assert_eq!(parts[0]["reason"], "ok");
+    assert_eq!(parts[1]["callId"], "toolu_12");
+    assert_eq!(parts[1]["decision"], "denied");
+    // The waiting copy shows the decisions.
+    let w = message(&thread, &reply);
+    assert_eq!(w["status"], "waiting");
+    assert_eq!(w["content"]["parts"][1]["approval"], "approved");
+    assert_eq!(w["content"]["parts"][2]["approval"], "denied");
+
+    // Nothing waits any more; a second answer is refused.
+    assert!(approvals(d).is_empty());
+    let err = refused(
+        d,
+        &["chat", "approve", "--reply", &reply, "--deny", "toolu_11"],
+    );
+    assert!(err.contains("pending_resolved"), "{err}");
+
+    // The reply to the answer: an approved call without its result is
+    // refused and nothing is written; then the calls are repeated with
+    // their results (the denied one refused) before the model's turn.
+    let next = streams().join("plain_text_small_deltas/input.jsonl");
+    let next = next.to_str().unwrap();
+    let err = refused(d, &["chat", "reply", "--to", &answer, "--events", next]);
+    assert!(err.contains("toolu_11 need a result"), "{err}");
+    let err = refused(
+        d,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &answer,
+            "--events",
+            next,
+            "--tool-output",
+            "toolu_12=x",
+            "--tool-output",
+            "toolu_11=y",
+        ],
+    );
+    assert!(
+        err.contains("\"toolu_12\" is not an approved call"),
+        "{err}"
+    );
+    let out = gel(
+        d,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &answer,
+            "--events",
+            next,
+            "--tool-output",
+            "toolu_11=deleted 1 file",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(events[0]["type"], "tool_result");
+    assert_eq!(events[0]["decision"], "approved");
+    assert_eq!(events[1]["callId"], "toolu_12");
+    assert_eq!(events[1]["outcome"], "refused");
+    assert_eq!(events[1]["decision"], "declined");
+    let thread = show(d, &chat);
+    // The waiting reply shows the resolved copies with their results.
+    let w = &message(&thread, &reply)["content"]["parts"];
+    assert_eq!(w[1]["approval"], "approved");
+    assert_eq!(w[2]["output"], "deleted 1 file");
+    assert_eq!(w[3]["approval"], "denied");
+    assert_eq!(w[4]["isError"], true);
+    let r = message(&thread, &format!("{answer}.r0"));
+    assert_eq!(r["status"], "complete");
+    assert!(
+        r["content"]["parts"][0]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("Grüße!"),
+        "{r}"
+    );
+}
+
+#[test]
+fn a_newer_attempt_supersedes_a_waiting_reply() {
+    let dir = device();
+    let d = dir.path();
+    let chat = ok(d, &["chat", "new"]);
+    let msg = ok(d, &["chat", "send", "--chat", &chat, "Delete my drafts"]);
+    let input = streams().join("approval_waiting/input.jsonl");
+    let input = input.to_str().unwrap();
+    for attempt in ["0", "1"] {
+        ok(
+            d,
+            &[
+                "chat",
+                "reply",
+                "--to",
+                &msg,
+                "--attempt",
+                attempt,
+                "--events",
+                input,
+                "--approve-tools",
+                "delete_files",
+            ],
+        );
+    }
+    let listed = approvals(d);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["reply"], format!("{msg}.r1"));
+    let err = refused(d, &["chat", "approve", "--reply", &format!("{msg}.r0")]);
+    assert!(err.contains("pending_superseded"), "{err}");
+    // Rebuilt from the records, the index says the same.
+    std::fs::remove_file(d.join("chat-approvals.json")).unwrap();
+    assert_eq!(approvals(d), listed);
+    // Deny everything by mentioning nothing.
+    let answer = ok(d, &["chat", "approve", "--reply", &format!("{msg}.r1")]);
+    let thread = show(d, &chat);
+    assert_eq!(
+        message(&thread, &answer)["content"]["parts"][0]["decision"],
+        "denied"
+    );
+}
+
+/// A second device holds a read-only copy: it reads the chats it was
+/// admitted to, sees content sealed after its removal as `unknownKey`, and
+/// writes nothing.
+#[test]
+fn a_second_device_reads_what_it_was_admitted_to() {
+    let a = device();
+    let (a, b) = (a, tempfile::tempdir().unwrap());
+    let (da, db) = (a.path(), b.path());
+    let car = da.join("export.car");
+    let car = car.to_str().unwrap();
+    let chat = ok(da, &["chat", "new", "--title", "Shared"]);
+    let msg = ok(da, &["chat", "send", "--chat", &chat, "before removal"]);
+
+    let code = ok(db, &["device", "pair"]);
+    ok(da, &["device", "approve", &code]);
+    ok(da, &["repo", "export", "--out", car]);
+    let id_b = ok(db, &["device", "join", "--from", car]);
+    let thread = show(db, &chat);
+    assert_eq!(thread["title"], "Shared");
+    assert_eq!(
+        message(&thread, &msg)["content"]["parts"][0]["text"],
+        "before removal"
+    );
+    let err = refused(db, &["chat", "send", "--chat", &chat, "from the copy"]);
+    assert!(err.contains("read-only"), "{err}");
+
+    // Removed: later records are sealed with keys B never gets.
+    ok(da, &["device", "remove", &id_b]);
+    let later = ok(da, &["chat", "new", "--title", "Private"]);
+    let secret = ok(da, &["chat", "send", "--chat", &later, "after removal"]);
+    std::fs::remove_file(da.join("export.car")).unwrap();
+    ok(da, &["repo", "export", "--out", car]);
+    ok(db, &["device", "join", "--from", car]);
+    let thread = show(db, &later);
+    assert_eq!(thread["title"], Value::Null);
+    let m = message(&thread, &secret);
+    assert_eq!(m["state"], "unknownKey");
+    assert_eq!(m["content"], Value::Null);
+    // What it was admitted to still opens.
+    let thread = show(db, &chat);
+    assert_eq!(message(&thread, &msg)["state"], "open");
+}
+
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+/// What the user and the model wrote is in no file of the data folder in
+/// the clear: not in the store, not in the approval index, not in an
+/// export.
+#[test]
+fn plaintext_stays_sealed_on_disk() {
+    let dir = device();
+    let d = dir.path();
+    let chat = ok(d, &["chat", "new", "--title", "TitleMarker7731"]);
+    let msg = ok(d, &["chat", "send", "--chat", &chat, "UserMarker5512"]);
+    let input = streams().join("approval_waiting/input.jsonl");
+    ok(
+        d,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &msg,
+            "--events",
+            input.to_str().unwrap(),
+            "--approve-tools",
+            "delete_files",
+        ],
+    );
+    ok(
+        d,
+        &[
+            "chat",
+            "approve",
+            "--reply",
+            &format!("{msg}.r0"),
+            "--reason",
+            "ReasonMarker9034",
+        ],
+    );
+    ok(
+        d,
+        &["repo", "export", "--out", d.join("x.car").to_str().unwrap()],
+    );
+    let mut all = Vec::new();
+    files(d, &mut all);
+    // The scan sees clear metadata (the model that answered), so it would
+    // see a plaintext leak.
+    let control = b"claude-sonnet-4-5";
+    assert!(all.iter().any(|f| {
+        let bytes = std::fs::read(f).unwrap();
+        bytes.windows(control.len()).any(|w| w == control)
+    }));
+    for f in all {
+        let bytes = std::fs::read(&f).unwrap();
+        for marker in [
+            "TitleMarker7731",
+            "UserMarker5512",
+            "ReasonMarker9034",
+            "drafts/a.md",
+            "I will delete the drafts",
+        ] {
+            assert!(
+                !bytes.windows(marker.len()).any(|w| w == marker.as_bytes()),
+                "{marker} in {}",
+                f.display()
+            );
+        }
+    }
+}
