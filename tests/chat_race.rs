@@ -5,6 +5,7 @@
 //! (`pending_resolved`). Never a lock or I/O error, and the store stays
 //! whole (`repo check`).
 
+use std::io::{BufRead as _, Read as _};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -289,13 +290,17 @@ fn a_held_store_is_waited_for_then_refused_by_name() {
     assert!(!line.contains("could not acquire lock"), "{stderr}");
     assert!(!line.to_lowercase().contains("os error"), "{stderr}");
 
-    // With the default wait, a store released meanwhile is simply opened.
-    let child = spawn(d, &["chat", "ls"]);
-    std::thread::sleep(Duration::from_millis(800));
+    // With the default wait, a store released meanwhile is simply opened:
+    // the store is let go once the second process says it waits.
+    let mut child = spawn(d, &["chat", "ls"]);
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    assert!(first.starts_with("waiting for the store at"), "{first:?}");
     drop(held);
+    let mut rest = String::new();
+    stderr.read_to_string(&mut rest).unwrap();
     let out = child.wait_with_output().unwrap();
-    let stderr = text(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("waiting for the store at"), "{stderr}");
+    assert!(out.status.success(), "{first}{rest}");
     assert_eq!(text(&out.stdout).lines().count(), 1);
 }

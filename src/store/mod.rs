@@ -86,7 +86,7 @@ pub enum EngineError {
         path: String,
         /// What the engine said (kept for debugging; not in the message).
         detail: String,
-        /// How long the opener waited.
+        /// How long the opener was to wait (it gave up after that).
         waited: std::time::Duration,
     },
     /// Anything else the engine reported.

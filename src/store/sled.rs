@@ -110,7 +110,7 @@ impl SledEngine {
                     return Err(EngineError::Locked {
                         path,
                         detail,
-                        waited: started.elapsed(),
+                        waited: wait,
                     });
                 }
                 other => break other?,
