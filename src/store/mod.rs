@@ -25,7 +25,7 @@ mod memory;
 mod sled;
 
 pub use self::memory::MemoryEngine;
-pub use self::sled::SledEngine;
+pub use self::sled::{LOCK_WAIT, LOCK_WAIT_ENV, SledEngine, lock_wait};
 
 use std::error::Error as StdError;
 
@@ -74,13 +74,20 @@ impl Table {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum EngineError {
-    /// Another process (or another handle in this one) has the store open.
-    #[error("the store at {path} is in use by another process: {detail}")]
+    /// Another process (or another handle in this one) kept the store open
+    /// for as long as the opener waited (see `SledEngine::open`).
+    #[error(
+        "the store at {path} is still in use by another gelstore process after waiting {} s; \
+         try again when that process has finished (or wait longer: GELSTORE_LOCK_WAIT_SECS=SECONDS)",
+        waited.as_secs_f32().round()
+    )]
     Locked {
         /// The store's folder.
         path: String,
-        /// What the engine said.
+        /// What the engine said (kept for debugging; not in the message).
         detail: String,
+        /// How long the opener was to wait (it gave up after that).
+        waited: std::time::Duration,
     },
     /// Anything else the engine reported.
     #[error("storage engine failed: {0}")]
@@ -204,6 +211,7 @@ impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     /// The contract every engine must keep.
     pub(crate) fn engine_contract(engine: &dyn Engine) {
@@ -280,12 +288,43 @@ mod tests {
     }
 
     #[test]
-    fn sled_engine_refuses_a_second_opener() {
+    fn sled_engine_refuses_a_second_opener_after_its_wait() {
         let dir = tempfile::tempdir().unwrap();
         let _first = SledEngine::open(dir.path()).unwrap();
-        match SledEngine::open(dir.path()) {
+        let started = std::time::Instant::now();
+        match SledEngine::open_waiting(dir.path(), Duration::from_secs(1)) {
+            Err(e @ EngineError::Locked { .. }) => {
+                let waited = started.elapsed();
+                assert!(waited >= Duration::from_secs(1), "{waited:?}");
+                assert!(waited < Duration::from_secs(5), "{waited:?}");
+                let message = e.to_string();
+                assert!(
+                    message.contains("still in use by another gelstore process")
+                        && message.contains("after waiting 1 s")
+                        && message.contains("GELSTORE_LOCK_WAIT_SECS"),
+                    "{message}"
+                );
+                // The engine's own words stay out of the message.
+                assert!(!message.contains("could not acquire lock"), "{message}");
+            }
+            other => panic!("expected Locked, got {:?}", other.map(|_| ())),
+        }
+        match SledEngine::open_waiting(dir.path(), Duration::ZERO) {
             Err(EngineError::Locked { .. }) => {}
             other => panic!("expected Locked, got {:?}", other.map(|_| ())),
         }
+    }
+
+    #[test]
+    fn sled_engine_waits_for_a_handle_closed_meanwhile() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = SledEngine::open(dir.path()).unwrap();
+        let path = dir.path().to_path_buf();
+        let second = std::thread::spawn(move || {
+            SledEngine::open_waiting(&path, Duration::from_secs(20)).map(|_| ())
+        });
+        std::thread::sleep(Duration::from_millis(400));
+        drop(first);
+        second.join().unwrap().unwrap();
     }
 }

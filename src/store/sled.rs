@@ -15,8 +15,36 @@ use super::{Batch, Engine, EngineError, Op, Scan, Table};
 
 const TREE: &str = "repo";
 
-/// How long [`SledEngine::open`] waits for a locked database.
-pub const LOCK_WAIT: Duration = Duration::from_secs(2);
+/// How long [`SledEngine::open`] waits, by default, for a database another
+/// process (or handle) holds.
+pub const LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// The environment variable that overrides [`LOCK_WAIT`] for
+/// [`SledEngine::open`]: whole seconds, `0` to fail at once.
+pub const LOCK_WAIT_ENV: &str = "GELSTORE_LOCK_WAIT_SECS";
+
+/// How long a wait lasts before [`SledEngine::open`] says on stderr that it
+/// is waiting (a handle closed a moment ago is released well before).
+const LOCK_NOTICE_AFTER: Duration = Duration::from_millis(200);
+
+/// The lock wait [`SledEngine::open`] uses: [`LOCK_WAIT_ENV`] if it is set
+/// to a whole number of seconds, else [`LOCK_WAIT`] (a malformed value is
+/// reported on stderr and ignored).
+pub fn lock_wait() -> Duration {
+    match std::env::var(LOCK_WAIT_ENV) {
+        Err(_) => LOCK_WAIT,
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(secs) => Duration::from_secs(secs),
+            Err(_) => {
+                eprintln!(
+                    "warning: {LOCK_WAIT_ENV}={v:?} is not a whole number of seconds; waiting up to {} s",
+                    LOCK_WAIT.as_secs()
+                );
+                LOCK_WAIT
+            }
+        },
+    }
+}
 
 /// A store on disk, in a sled database folder.
 pub struct SledEngine {
@@ -34,17 +62,29 @@ impl std::fmt::Debug for SledEngine {
 }
 
 impl SledEngine {
-    /// Opens (creating if needed) the sled database in folder `path`.
-    /// Fails with [`EngineError::Locked`] if another process has it open.
-    ///
-    /// sled releases its lock file only when its last background job for
-    /// a closed handle has finished, which can be a moment after the handle
-    /// was dropped; so a locked database is retried for up to
-    /// [`LOCK_WAIT`] before giving up.
+    /// Opens (creating if needed) the sled database in folder `path`,
+    /// waiting up to [`lock_wait`] (30 s unless [`LOCK_WAIT_ENV`] says
+    /// otherwise) while another process has it open; see
+    /// [`SledEngine::open_waiting`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self, EngineError> {
+        Self::open_waiting(path, lock_wait())
+    }
+
+    /// Opens (creating if needed) the sled database in folder `path`. While
+    /// another process (or another handle in this one) has it open, the
+    /// open is retried for up to `wait`: gelstore processes on one data
+    /// folder take turns rather than fail. After
+    /// 200 ms of waiting, one line on stderr says so. When `wait` runs out
+    /// the error is [`EngineError::Locked`].
+    ///
+    /// The retry also covers sled's own lag: it releases its lock file only
+    /// when its last background job for a closed handle has finished, which
+    /// can be a moment after the handle was dropped.
+    pub fn open_waiting(path: impl AsRef<Path>, wait: Duration) -> Result<Self, EngineError> {
         let path = path.as_ref().to_path_buf();
         let started = Instant::now();
         let mut pause = Duration::from_millis(5);
+        let mut noticed = false;
         let db = loop {
             let opened = sled::Config::new()
                 .path(&path)
@@ -54,9 +94,24 @@ impl SledEngine {
                 .open()
                 .map_err(|e| open_error(&path, e));
             match opened {
-                Err(EngineError::Locked { .. }) if started.elapsed() < LOCK_WAIT => {
-                    thread::sleep(pause);
+                Err(EngineError::Locked { .. }) if started.elapsed() < wait => {
+                    if !noticed && started.elapsed() >= LOCK_NOTICE_AFTER {
+                        noticed = true;
+                        eprintln!(
+                            "waiting for the store at {} (held by another gelstore process)…",
+                            path.display()
+                        );
+                    }
+                    let left = wait.saturating_sub(started.elapsed());
+                    thread::sleep(pause.min(left));
                     pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                Err(EngineError::Locked { path, detail, .. }) => {
+                    return Err(EngineError::Locked {
+                        path,
+                        detail,
+                        waited: wait,
+                    });
                 }
                 other => break other?,
             }
@@ -77,6 +132,7 @@ fn open_error(path: &Path, e: sled::Error) -> EngineError {
             EngineError::Locked {
                 path: path.display().to_string(),
                 detail: io.to_string(),
+                waited: Duration::ZERO,
             }
         }
         _ => EngineError::engine(e),
