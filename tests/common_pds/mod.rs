@@ -1,0 +1,147 @@
+//! The reference PDS (plus an in-memory PLC) on loopback, for integration
+//! tests: `tests/pds/` holds the team's tested recipe (`package.json`,
+//! `package-lock.json`, `start-pds.mjs`). The first use installs it with
+//! `npm ci` (about 1.5–2 min: better-sqlite3 compiles), later uses start in
+//! ~5 s. Needs Node 20+, npm, g++, make and python3 (`.ci/run` checks them).
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A running PDS + PLC pair, stopped (SIGTERM) on drop.
+pub struct Pds {
+    child: Child,
+    /// The PDS base URL, e.g. `http://127.0.0.1:40123`.
+    pub service: String,
+    /// The PLC directory URL.
+    pub plc: String,
+    /// The test account's DID.
+    pub did: String,
+    /// Its handle.
+    pub handle: String,
+    /// Its password.
+    pub password: String,
+}
+
+fn pds_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pds")
+}
+
+/// Installs `tests/pds` once (per machine: `node_modules` is kept).
+fn ensure_installed() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    static LOCK: Mutex<()> = Mutex::new(());
+    DIR.get_or_init(|| {
+        let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = pds_dir();
+        let built = dir.join("node_modules/better-sqlite3/build/Release/better_sqlite3.node");
+        if built.exists() && dir.join("node_modules/@atproto/pds/package.json").exists() {
+            return dir;
+        }
+        let started = std::time::Instant::now();
+        // `--nodedir=/usr`: node-gyp takes the Node headers from
+        // /usr/include/node instead of downloading them.
+        let mut cmd = Command::new("npm");
+        cmd.args(["ci", "--no-audit", "--no-fund"]);
+        if Path::new("/usr/include/node/node.h").exists() {
+            cmd.arg("--nodedir=/usr");
+        }
+        let output = cmd
+            .current_dir(&dir)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot run npm ({e}): the PDS tests need Node 20+ and npm on PATH \
+                     to install tests/pds (npm ci)"
+                )
+            });
+        assert!(
+            output.status.success(),
+            "npm ci in {} failed (better-sqlite3 needs g++, make, python3):\n{}\n{}",
+            dir.display(),
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(built.exists(), "npm ci did not build better-sqlite3");
+        eprintln!("installed the PDS harness in {:.1?}", started.elapsed());
+        dir
+    })
+}
+
+impl Pds {
+    /// Installs if needed, starts PDS + PLC on free loopback ports, and
+    /// waits for their JSON line.
+    pub fn start() -> Pds {
+        let dir = ensure_installed();
+        let mut child = Command::new("node")
+            .arg("start-pds.mjs")
+            .current_dir(dir)
+            .env("PDS_PORT", "0")
+            .env("PLC_PORT", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start node start-pds.mjs");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let _ = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(90)) {
+            Ok(line) if !line.trim().is_empty() => line,
+            other => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("start-pds.mjs printed no ready line: {other:?}");
+            }
+        };
+        let info: Value = serde_json::from_str(line.trim()).expect("ready line is JSON");
+        let field = |name: &str| {
+            info[name]
+                .as_str()
+                .unwrap_or_else(|| panic!("ready line lacks {name}: {line}"))
+                .to_owned()
+        };
+        Pds {
+            service: field("service"),
+            plc: field("plc"),
+            did: field("did"),
+            handle: field("handle"),
+            password: field("password"),
+            child,
+        }
+    }
+
+    /// The process id of the launcher.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Pds {
+    fn drop(&mut self) {
+        // SIGTERM lets the launcher close both servers and delete its data
+        // folder; SIGKILL only if it does not go within 10 s.
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
