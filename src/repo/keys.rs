@@ -359,6 +359,37 @@ impl PublicKey {
         PublicKey::from_compressed(alg, &bytes[2..])
     }
 
+    /// Parses the legacy DID-document form: `publicKeyMultibase` of a
+    /// verification method of type `EcdsaSecp256k1VerificationKey2019` or
+    /// `EcdsaSecp256r1VerificationKey2019` (the algorithm comes from the
+    /// type): `z` + base58btc of the bare SEC1 point, without a multicodec
+    /// prefix. The PLC directory serves this form with the uncompressed
+    /// 65-byte point; the compressed 33-byte one is accepted too.
+    pub fn from_legacy_multibase(alg: KeyAlgorithm, multibase: &str) -> Result<Self, KeyError> {
+        if multibase.len() > MAX_DID_KEY_LEN {
+            return Err(KeyError::DidKeyTooLong {
+                len: multibase.len(),
+            });
+        }
+        let bytes = decode_base58btc(multibase)?;
+        match bytes.len() {
+            COMPRESSED_KEY_LEN => PublicKey::from_compressed(alg, &bytes),
+            65 if bytes[0] == 0x04 => {
+                let invalid = |_| KeyError::InvalidPublicKey { alg };
+                let inner = match alg {
+                    KeyAlgorithm::K256 => PublicInner::K256(
+                        k256::ecdsa::VerifyingKey::from_sec1_bytes(&bytes).map_err(invalid)?,
+                    ),
+                    KeyAlgorithm::P256 => PublicInner::P256(
+                        p256::ecdsa::VerifyingKey::from_sec1_bytes(&bytes).map_err(invalid)?,
+                    ),
+                };
+                Ok(PublicKey(inner))
+            }
+            len => Err(KeyError::PublicKeyLength { len }),
+        }
+    }
+
     /// The `did:key` identifier of this key.
     pub fn to_did_key(&self) -> String {
         format!("{DID_KEY_PREFIX}{}", self.to_multikey())
@@ -473,6 +504,38 @@ mod tests {
                 Err(SignatureError::Mismatch)
             );
         }
+    }
+
+    #[test]
+    fn legacy_multibase_keys() {
+        // An `#atproto` key as the PLC directory (@did-plc/server 0.0.1)
+        // serves it: type EcdsaSecp256k1VerificationKey2019, the bare
+        // uncompressed point.
+        let legacy = "zRJptMQvfVaokqCYec5HtQ1vFdtvZhkHsE7fnfYdJKKK3sNSdnCCRm6FcEh7rdAe2mkvvFpjTuPmSN5qznBf3w2p7";
+        let point = decode_base58btc(legacy).unwrap();
+        assert_eq!((point.len(), point[0]), (65, 0x04));
+        let mut compressed = vec![0x02 | (point[64] & 1)];
+        compressed.extend_from_slice(&point[1..33]);
+        let want = PublicKey::from_compressed(KeyAlgorithm::K256, &compressed).unwrap();
+        let got = PublicKey::from_legacy_multibase(KeyAlgorithm::K256, legacy).unwrap();
+        assert_eq!(got, want);
+        // The compressed legacy form too.
+        let short = multibase::encode(Base::Base58Btc, &compressed);
+        assert_eq!(
+            PublicKey::from_legacy_multibase(KeyAlgorithm::K256, &short).unwrap(),
+            want
+        );
+        // Not a point of the curve; a wrong length; a multikey (prefixed).
+        let mut bad = point.clone();
+        bad[64] ^= 1;
+        let bad = multibase::encode(Base::Base58Btc, &bad);
+        assert!(PublicKey::from_legacy_multibase(KeyAlgorithm::K256, &bad).is_err());
+        let odd = multibase::encode(Base::Base58Btc, &point[..40]);
+        assert_eq!(
+            PublicKey::from_legacy_multibase(KeyAlgorithm::K256, &odd).unwrap_err(),
+            KeyError::PublicKeyLength { len: 40 }
+        );
+        assert!(PublicKey::from_legacy_multibase(KeyAlgorithm::K256, &want.to_multikey()).is_err());
     }
 
     #[test]
