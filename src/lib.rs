@@ -8,3 +8,4 @@ pub mod model;
 pub mod repo;
 pub mod seal;
 pub mod store;
+pub mod sync;

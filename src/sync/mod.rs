@@ -1,0 +1,623 @@
+//! Sync with a PDS (DESIGN §8), first slice: log in, push the local
+//! `chat.gel.assistant.*` records, pull the PDS's repository and verify it.
+//!
+//! - push: every local record whose CID the PDS has not acknowledged yet
+//!   goes out in `applyWrites` batches (≤ 200 writes, one commit each).
+//!   What the PDS acknowledged is kept in `sync.json` in the data folder
+//!   (the pushed-marker: key → CID, and the linked account), written
+//!   atomically after each batch, so a second run sends nothing. A batch the
+//!   PDS refuses (it answers 500 for a create on a taken key, e.g. after a
+//!   crash between its commit and our marker) is retried record by record:
+//!   creates as `putRecord` with `"swapRecord": null` (create-if-absent; an
+//!   identical record is a no-op), updates and deletes with the swap CID
+//!   last pushed.
+//! - pull: `com.atproto.sync.getRepo` → CAR; the key is the `#atproto`
+//!   verification method of the DID document from the PLC directory; the
+//!   CAR is checked with [`verify_repo_car`] (signature, MST, records).
+//! - the §7 check: the MST root computed locally over the record set the
+//!   PDS should now hold (our records as pushed, plus the PDS's records of
+//!   other collections) must equal the `data` CID of the PDS's commit.
+//!
+//! Not done yet (issue 7): the replica role (mirroring the remote MST in
+//! the store), pulling other devices' records into the local store, and
+//! `sync status`.
+
+mod client;
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use atrium_api::com::atproto::repo::apply_writes;
+use atrium_api::types::string::{Nsid, RecordKey};
+use cid::Cid;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use thiserror::Error;
+
+pub use client::Session;
+
+use crate::repo::blocks::MemoryBlocks;
+use crate::repo::keys::{KeyAlgorithm, KeyError, PublicKey};
+use crate::repo::mst::Mst;
+use crate::repo::repository::{RepoError, Repository};
+use crate::repo::verify::{SignatureCheck, VerifyError, VerifyOptions, verify_repo_car};
+
+/// The collections sync pushes.
+pub const COLLECTION_PREFIX: &str = "chat.gel.assistant.";
+
+/// Most writes in one `applyWrites` call (the PDS's limit).
+pub const MAX_BATCH: usize = 200;
+
+/// The pushed-marker file in the data folder.
+pub const STATE_FILE: &str = "sync.json";
+
+/// Why a sync failed. Local data is never changed by a failed sync (the
+/// marker only records what the PDS acknowledged).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum SyncError {
+    /// The PDS (or PLC) could not be reached.
+    #[error("cannot reach {url}: {reason}")]
+    Unreachable {
+        /// The URL.
+        url: String,
+        /// The transport's reason.
+        reason: String,
+    },
+    /// createSession refused the identifier/password.
+    #[error("bad credentials: {service} refused the login of {identifier}")]
+    BadCredentials {
+        /// The handle or DID given.
+        identifier: String,
+        /// The PDS.
+        service: String,
+    },
+    /// An XRPC call failed.
+    #[error("{method} failed (HTTP {status}) {error}: {message}")]
+    Xrpc {
+        /// The method.
+        method: &'static str,
+        /// The HTTP status (0: the response could not be read).
+        status: u16,
+        /// The XRPC error name.
+        error: String,
+        /// Its message.
+        message: String,
+    },
+    /// This data folder was synced with another account.
+    #[error(
+        "this store is linked to {linked}, not {got}: refusing to sync it with another account"
+    )]
+    AccountMismatch {
+        /// The linked DID.
+        linked: String,
+        /// The DID logged in.
+        got: String,
+    },
+    /// The account's signing key could not be found.
+    #[error("cannot resolve the key of {did} from {url}: {reason}")]
+    DidResolution {
+        /// The DID.
+        did: String,
+        /// Where it was looked up.
+        url: String,
+        /// Why it failed.
+        reason: String,
+    },
+    /// The PDS's repository did not verify.
+    #[error("the PDS's repository CAR failed verification: {0}")]
+    Verify(Box<VerifyError>),
+    /// The PDS stored a record under another CID than ours (its bytes
+    /// differ: the data model round trip is broken).
+    #[error("the PDS stored {key} as {remote}, but it is {local} here")]
+    RecordCidMismatch {
+        /// `collection/rkey`.
+        key: String,
+        /// Our CID.
+        local: String,
+        /// The PDS's.
+        remote: String,
+    },
+    /// The local repository.
+    #[error(transparent)]
+    Local(Box<RepoError>),
+    /// Local I/O (the marker file, the runtime).
+    #[error("cannot {what}: {reason}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// Why it failed.
+        reason: String,
+    },
+}
+
+impl From<RepoError> for SyncError {
+    fn from(e: RepoError) -> Self {
+        SyncError::Local(Box::new(e))
+    }
+}
+
+impl From<VerifyError> for SyncError {
+    fn from(e: VerifyError) -> Self {
+        SyncError::Verify(Box::new(e))
+    }
+}
+
+impl SyncError {
+    /// Whether this is the environment's failure (exit 2: the PDS could not
+    /// be reached, local I/O) rather than a refusal (exit 1).
+    pub fn is_environment(&self) -> bool {
+        matches!(
+            self,
+            SyncError::Unreachable { .. } | SyncError::Io { .. } | SyncError::Local(_)
+        )
+    }
+}
+
+/// The pushed-marker: which account this store syncs with, and the CID the
+/// PDS acknowledged for each pushed record.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct SyncState {
+    /// The account's DID (set by the first sync).
+    pub did: Option<String>,
+    /// The PDS last synced with.
+    pub service: Option<String>,
+    /// `collection/rkey` → CID, as acknowledged by the PDS.
+    pub pushed: BTreeMap<String, String>,
+}
+
+impl SyncState {
+    fn path(data: &Path) -> PathBuf {
+        data.join(STATE_FILE)
+    }
+
+    /// Reads the marker (empty if there is none).
+    pub fn load(data: &Path) -> Result<SyncState, SyncError> {
+        let path = Self::path(data);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| SyncError::Io {
+                what: format!("read {}", path.display()),
+                reason: e.to_string(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(SyncState::default()),
+            Err(e) => Err(SyncError::Io {
+                what: format!("read {}", path.display()),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// Writes the marker atomically (temp file, fsync, rename).
+    pub fn save(&self, data: &Path) -> Result<(), SyncError> {
+        let path = Self::path(data);
+        let tmp = data.join(format!("{STATE_FILE}.tmp"));
+        let io = |e: std::io::Error| SyncError::Io {
+            what: format!("write {}", path.display()),
+            reason: e.to_string(),
+        };
+        let bytes = serde_json::to_vec_pretty(self).map_err(|e| SyncError::Io {
+            what: "encode the sync state".into(),
+            reason: e.to_string(),
+        })?;
+        let mut f = std::fs::File::create(&tmp).map_err(io)?;
+        f.write_all(&bytes).map_err(io)?;
+        f.sync_all().map_err(io)?;
+        std::fs::rename(&tmp, &path).map_err(io)?;
+        Ok(())
+    }
+}
+
+/// What a push did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct PushReport {
+    /// Records created on the PDS.
+    pub created: usize,
+    /// Records updated.
+    pub updated: usize,
+    /// Records deleted.
+    pub deleted: usize,
+    /// Local records already on the PDS (nothing sent).
+    pub unchanged: usize,
+    /// `applyWrites` calls that succeeded.
+    pub batches: usize,
+    /// Writes retried one by one after a refused batch.
+    pub retried: usize,
+}
+
+/// What a pull-verify found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PullReport {
+    /// The DID the commit names.
+    pub did: String,
+    /// The commit's revision.
+    pub rev: String,
+    /// The commit's CID.
+    pub commit: String,
+    /// The PDS's MST root (`data`).
+    pub data: String,
+    /// The CAR's size.
+    pub car_bytes: usize,
+    /// Records in the PDS repository.
+    pub records: usize,
+    /// Of them, under `chat.gel.assistant.*`.
+    pub our_records: usize,
+    /// The signing key (multikey) the signature verified against.
+    pub signing_key: String,
+    /// The MST root computed locally over our records (as pushed) plus the
+    /// PDS's records of other collections.
+    pub expected_data: String,
+    /// Whether `expected_data == data` (DESIGN §7).
+    pub data_matches: bool,
+}
+
+/// What [`sync`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SyncReport {
+    /// The PDS.
+    pub service: String,
+    /// The account's DID.
+    pub did: String,
+    /// Its handle.
+    pub handle: String,
+    /// The push.
+    pub push: PushReport,
+    /// The pull-verify.
+    pub pull: PullReport,
+}
+
+/// One local record to push.
+struct LocalRecord {
+    key: String,
+    cid: Cid,
+    value: Value,
+}
+
+fn split_key(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or((key, ""))
+}
+
+/// The local records under [`COLLECTION_PREFIX`], in key order.
+fn local_records(repo: &Repository) -> Result<Vec<LocalRecord>, SyncError> {
+    let mut out = Vec::new();
+    for entry in repo.mst().entries_with_prefix(COLLECTION_PREFIX) {
+        let (key, cid) = entry.map_err(RepoError::from)?;
+        let (collection, rkey) = split_key(&key);
+        let value = repo
+            .get(collection, rkey)?
+            .ok_or_else(|| RepoError::Corrupt(format!("record {key} listed but missing")))?
+            .value;
+        out.push(LocalRecord { key, cid, value });
+    }
+    Ok(out)
+}
+
+enum Op<'a> {
+    Create(&'a LocalRecord),
+    Update(&'a LocalRecord, String),
+    Delete(String, String),
+}
+
+fn bad_name(key: &str, e: &str) -> SyncError {
+    SyncError::Xrpc {
+        method: "com.atproto.repo.applyWrites",
+        status: 0,
+        error: "InvalidRequest".into(),
+        message: format!("{key}: {e}"),
+    }
+}
+
+fn names(key: &str) -> Result<(Nsid, RecordKey), SyncError> {
+    let (collection, rkey) = split_key(key);
+    let nsid = Nsid::new(collection.to_owned()).map_err(|e| bad_name(key, e))?;
+    let rkey = RecordKey::new(rkey.to_owned()).map_err(|e| bad_name(key, e))?;
+    Ok((nsid, rkey))
+}
+
+fn unknown(key: &str, value: &Value) -> Result<atrium_api::types::Unknown, SyncError> {
+    serde_json::from_value(value.clone()).map_err(|e| bad_name(key, &e.to_string()))
+}
+
+impl Op<'_> {
+    fn key(&self) -> &str {
+        match self {
+            Op::Create(r) | Op::Update(r, _) => &r.key,
+            Op::Delete(k, _) => k,
+        }
+    }
+
+    fn to_write(&self) -> Result<apply_writes::InputWritesItem, SyncError> {
+        let (collection, rkey) = names(self.key())?;
+        Ok(match self {
+            Op::Create(r) => apply_writes::InputWritesItem::Create(Box::new(
+                apply_writes::CreateData {
+                    collection,
+                    rkey: Some(rkey),
+                    value: unknown(&r.key, &r.value)?,
+                }
+                .into(),
+            )),
+            Op::Update(r, _) => apply_writes::InputWritesItem::Update(Box::new(
+                apply_writes::UpdateData {
+                    collection,
+                    rkey,
+                    value: unknown(&r.key, &r.value)?,
+                }
+                .into(),
+            )),
+            Op::Delete(..) => apply_writes::InputWritesItem::Delete(Box::new(
+                apply_writes::DeleteData { collection, rkey }.into(),
+            )),
+        })
+    }
+}
+
+fn check_cid(key: &str, local: &Cid, remote: &str) -> Result<(), SyncError> {
+    if local.to_string() == remote {
+        Ok(())
+    } else {
+        Err(SyncError::RecordCidMismatch {
+            key: key.to_owned(),
+            local: local.to_string(),
+            remote: remote.to_owned(),
+        })
+    }
+}
+
+/// Pushes the local records the marker does not list with their current
+/// CID; updates `state` (and saves it in `data`) after each acknowledged
+/// batch.
+pub fn push(
+    session: &Session,
+    repo: &Repository,
+    data: &Path,
+    state: &mut SyncState,
+) -> Result<PushReport, SyncError> {
+    let records = local_records(repo)?;
+    let mut report = PushReport::default();
+    let mut ops = Vec::new();
+    let mut present = std::collections::BTreeSet::new();
+    for r in &records {
+        present.insert(r.key.as_str());
+        match state.pushed.get(&r.key) {
+            Some(cid) if *cid == r.cid.to_string() => report.unchanged += 1,
+            Some(cid) => ops.push(Op::Update(r, cid.clone())),
+            None => ops.push(Op::Create(r)),
+        }
+    }
+    for (key, cid) in &state.pushed {
+        if !present.contains(key.as_str()) {
+            ops.push(Op::Delete(key.clone(), cid.clone()));
+        }
+    }
+    for batch in ops.chunks(MAX_BATCH) {
+        let writes = batch
+            .iter()
+            .map(Op::to_write)
+            .collect::<Result<Vec<_>, _>>()?;
+        match session.apply_writes(writes) {
+            Ok(out) => {
+                report.batches += 1;
+                let results = out.results.unwrap_or_default();
+                for (i, op) in batch.iter().enumerate() {
+                    let remote = results.get(i).and_then(|r| match r {
+                        apply_writes::OutputResultsItem::CreateResult(c) => {
+                            Some(c.cid.as_ref().to_string())
+                        }
+                        apply_writes::OutputResultsItem::UpdateResult(u) => {
+                            Some(u.cid.as_ref().to_string())
+                        }
+                        apply_writes::OutputResultsItem::DeleteResult(_) => None,
+                    });
+                    record_done(op, remote.as_deref(), state, &mut report)?;
+                }
+            }
+            // The PDS answers 500 for a create on a taken key (and for an
+            // update/delete of a missing one): go one by one.
+            Err(SyncError::Xrpc { status: 500, .. }) => {
+                for op in batch {
+                    report.retried += 1;
+                    push_one(session, op, state, &mut report)?;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+        state.save(data)?;
+    }
+    Ok(report)
+}
+
+fn record_done(
+    op: &Op<'_>,
+    remote: Option<&str>,
+    state: &mut SyncState,
+    report: &mut PushReport,
+) -> Result<(), SyncError> {
+    match op {
+        Op::Create(r) | Op::Update(r, _) => {
+            if let Some(remote) = remote {
+                check_cid(&r.key, &r.cid, remote)?;
+            }
+            state.pushed.insert(r.key.clone(), r.cid.to_string());
+            if matches!(op, Op::Create(_)) {
+                report.created += 1;
+            } else {
+                report.updated += 1;
+            }
+        }
+        Op::Delete(key, _) => {
+            state.pushed.remove(key);
+            report.deleted += 1;
+        }
+    }
+    Ok(())
+}
+
+fn push_one(
+    session: &Session,
+    op: &Op<'_>,
+    state: &mut SyncState,
+    report: &mut PushReport,
+) -> Result<(), SyncError> {
+    match op {
+        Op::Create(r) => {
+            let (collection, rkey) = split_key(&r.key);
+            let remote = session.create_if_absent(collection, rkey, &r.value)?;
+            record_done(op, Some(&remote), state, report)
+        }
+        // The swap CID is the one last pushed: the PDS refuses
+        // (`InvalidSwap`) if someone else changed the record since.
+        Op::Update(r, swap) => {
+            let (collection, rkey) = names(&r.key)?;
+            let remote = session.update_swapped(
+                collection,
+                rkey,
+                unknown(&r.key, &r.value)?,
+                parse_marker_cid(&r.key, swap)?,
+            )?;
+            record_done(op, Some(&remote), state, report)
+        }
+        Op::Delete(key, swap) => {
+            let (collection, rkey) = names(key)?;
+            session.delete_swapped(collection, rkey, parse_marker_cid(key, swap)?)?;
+            record_done(op, None, state, report)
+        }
+    }
+}
+
+fn parse_marker_cid(key: &str, cid: &str) -> Result<Cid, SyncError> {
+    crate::model::parse_cid(cid).map_err(|e| SyncError::Io {
+        what: format!("read the pushed CID of {key} in {STATE_FILE}"),
+        reason: e.to_string(),
+    })
+}
+
+/// The account's `#atproto` signing key, from its DID document.
+pub fn signing_key(session: &Session, plc: &str) -> Result<PublicKey, SyncError> {
+    let doc = session.did_document(plc)?;
+    let url = format!("{}/{}", plc.trim_end_matches('/'), session.did());
+    let fail = |reason: String| SyncError::DidResolution {
+        did: session.did().to_owned(),
+        url: url.clone(),
+        reason,
+    };
+    if doc["id"].as_str() != Some(session.did()) {
+        return Err(fail(format!("the document is for {}", doc["id"])));
+    }
+    let methods = doc["verificationMethod"]
+        .as_array()
+        .ok_or_else(|| fail("no verificationMethod".into()))?;
+    let method = methods
+        .iter()
+        .find(|m| {
+            m["id"]
+                .as_str()
+                .is_some_and(|id| id == "#atproto" || id == format!("{}#atproto", session.did()))
+        })
+        .ok_or_else(|| fail("no #atproto verification method".into()))?;
+    let multikey = method["publicKeyMultibase"]
+        .as_str()
+        .ok_or_else(|| fail("#atproto has no publicKeyMultibase".into()))?;
+    let key = match method["type"].as_str() {
+        Some("EcdsaSecp256k1VerificationKey2019") => {
+            PublicKey::from_legacy_multibase(KeyAlgorithm::K256, multikey)
+        }
+        Some("EcdsaSecp256r1VerificationKey2019") => {
+            PublicKey::from_legacy_multibase(KeyAlgorithm::P256, multikey)
+        }
+        _ => PublicKey::from_multikey(multikey),
+    };
+    key.map_err(|e: KeyError| fail(e.to_string()))
+}
+
+/// Fetches the PDS's repository, verifies it against `key`, and compares
+/// its `data` with the root computed over `pushed` (our records) plus its
+/// records of other collections.
+pub fn pull_verify(
+    session: &Session,
+    key: &PublicKey,
+    pushed: &BTreeMap<String, String>,
+) -> Result<PullReport, SyncError> {
+    let car = session.get_repo()?;
+    let verified = verify_repo_car(
+        &car,
+        &VerifyOptions::new(SignatureCheck::Key(key)).expect_did(session.did()),
+    )?;
+    let repo = &verified.repo;
+    let mut entries: Vec<(String, Cid)> = repo
+        .records
+        .iter()
+        .filter(|(k, _)| !k.starts_with(COLLECTION_PREFIX))
+        .cloned()
+        .collect();
+    for (k, cid) in pushed {
+        entries.push((k.clone(), parse_marker_cid(k, cid)?));
+    }
+    let expected = Mst::from_entries(MemoryBlocks::default(), entries)
+        .map_err(|e| SyncError::from(RepoError::from(e)))?
+        .root();
+    Ok(PullReport {
+        did: repo.summary.did.clone(),
+        rev: repo.summary.rev.to_string(),
+        commit: repo.summary.commit_cid.to_string(),
+        data: repo.summary.data_cid.to_string(),
+        car_bytes: car.len(),
+        records: repo.summary.record_count,
+        our_records: repo
+            .records
+            .iter()
+            .filter(|(k, _)| k.starts_with(COLLECTION_PREFIX))
+            .count(),
+        signing_key: key.to_multikey(),
+        expected_data: expected.to_string(),
+        data_matches: expected == repo.summary.data_cid,
+    })
+}
+
+/// Where to find DID documents when no PLC URL is given.
+pub const DEFAULT_PLC: &str = "https://plc.directory";
+
+/// What [`sync`] needs.
+#[derive(Debug, Clone)]
+pub struct SyncOptions {
+    /// The PDS URL.
+    pub service: String,
+    /// Handle or DID.
+    pub identifier: String,
+    /// The password.
+    pub password: String,
+    /// The PLC directory URL.
+    pub plc: String,
+}
+
+/// Logs in, pushes, pulls and verifies. The store in `data` is only read;
+/// the marker file records what the PDS acknowledged.
+pub fn sync(data: &Path, opts: &SyncOptions) -> Result<SyncReport, SyncError> {
+    let repo = Repository::open(data)?;
+    let mut state = SyncState::load(data)?;
+    let session = Session::login(&opts.service, &opts.identifier, &opts.password)?;
+    if let Some(linked) = &state.did
+        && linked != session.did()
+    {
+        return Err(SyncError::AccountMismatch {
+            linked: linked.clone(),
+            got: session.did().to_owned(),
+        });
+    }
+    // Resolve the key before writing, so a PDS we cannot verify gets nothing.
+    let key = signing_key(&session, &opts.plc)?;
+    if state.did.is_none() {
+        state.did = Some(session.did().to_owned());
+        state.service = Some(session.service().to_owned());
+        state.save(data)?;
+    }
+    let push = push(&session, &repo, data, &mut state)?;
+    let pull = pull_verify(&session, &key, &state.pushed)?;
+    Ok(SyncReport {
+        service: session.service().to_owned(),
+        did: session.did().to_owned(),
+        handle: session.handle().to_owned(),
+        push,
+        pull,
+    })
+}
