@@ -1,8 +1,135 @@
-//! Sync against the real reference PDS (tests/pds, see tests/common_pds).
+//! `gelstore sync` against the real reference PDS (tests/pds, started by
+//! tests/common_pds on free loopback ports; installed on first use).
 
 mod common_pds;
 
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use gelstore::repo::blocks::MemoryBlocks;
+use gelstore::repo::keys::{KeyAlgorithm, PublicKey};
+use gelstore::repo::mst::Mst;
+use gelstore::repo::repository::Repository;
+use gelstore::repo::verify::{SignatureCheck, SignatureStatus, VerifyOptions, verify_repo_car};
+use serde_json::Value;
+
 use common_pds::Pds;
+
+/// Text that must never reach the PDS in the clear.
+const MARKER: &str = "PLAINTEXT-MARKER-q7Zx";
+
+fn streams() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/streams")
+}
+
+fn gel(data: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gelstore"))
+        .arg("--data")
+        .arg(data)
+        .args(args)
+        .env_remove("GELSTORE_PASSWORD")
+        .output()
+        .unwrap()
+}
+
+fn ok(data: &Path, args: &[&str]) -> String {
+    let out = gel(data, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// A blocking GET of a URL (the test's own view of the PDS, not the
+/// client under test).
+fn get(url: &str) -> (u16, Vec<u8>) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let resp = reqwest::get(url).await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.bytes().await.unwrap().to_vec())
+    })
+}
+
+fn get_json(url: &str) -> Value {
+    let (status, body) = get(url);
+    assert_eq!(status, 200, "{url}: {}", String::from_utf8_lossy(&body));
+    serde_json::from_slice(&body).unwrap()
+}
+
+/// Every record of a collection, through listRecords' cursor.
+fn list_records(pds: &Pds, collection: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let page = get_json(&format!(
+            "{}/xrpc/com.atproto.repo.listRecords?repo={}&collection={collection}&limit=100&cursor={cursor}",
+            pds.service, pds.did
+        ));
+        let records = page["records"].as_array().unwrap();
+        out.extend(records.iter().cloned());
+        match page["cursor"].as_str() {
+            Some(c) if !records.is_empty() => cursor = c.to_owned(),
+            _ => return out,
+        }
+    }
+}
+
+fn pds_key(pds: &Pds) -> PublicKey {
+    let doc = get_json(&format!("{}/{}", pds.plc, pds.did));
+    let method = doc["verificationMethod"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"].as_str().unwrap().ends_with("#atproto"))
+        .unwrap();
+    let multibase = method["publicKeyMultibase"].as_str().unwrap();
+    match method["type"].as_str().unwrap() {
+        // The PLC directory's legacy form: the bare uncompressed point.
+        "EcdsaSecp256k1VerificationKey2019" => {
+            PublicKey::from_legacy_multibase(KeyAlgorithm::K256, multibase).unwrap()
+        }
+        _ => PublicKey::from_multikey(multibase).unwrap(),
+    }
+}
+
+fn sync_args<'a>(pds: &'a Pds, password: &'a str) -> Vec<&'a str> {
+    vec![
+        "sync",
+        "--pds",
+        &pds.service,
+        "--identifier",
+        &pds.handle,
+        "--password",
+        password,
+        "--plc",
+        &pds.plc,
+        "--format",
+        "json",
+    ]
+}
+
+/// The MST root over the local store's `chat.gel.assistant.*` records.
+fn local_root(data: &Path) -> (gelstore::model::Cid, usize) {
+    let repo = Repository::open(data).unwrap();
+    let entries: Vec<_> = repo
+        .mst()
+        .entries_with_prefix("chat.gel.assistant.")
+        .map(|e| e.unwrap())
+        .collect();
+    let n = entries.len();
+    (
+        Mst::from_entries(MemoryBlocks::default(), entries)
+            .unwrap()
+            .root(),
+        n,
+    )
+}
 
 #[test]
 fn pds_harness_starts_on_loopback() {
@@ -16,4 +143,156 @@ fn pds_harness_starts_on_loopback() {
     assert!(pds.did.starts_with("did:plc:"), "{}", pds.did);
     let addr = pds.service.trim_start_matches("http://");
     std::net::TcpStream::connect(addr).expect("the PDS accepts connections");
+}
+
+#[test]
+fn device_chat_sync_verify_and_resync() {
+    let pds = Pds::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+
+    // Device A: a chat with a message and a streamed reply.
+    ok(d, &["device", "init"]);
+    let title = format!("Title {MARKER}");
+    let chat = ok(d, &["chat", "new", "--title", &title]);
+    let chat = chat.lines().next().unwrap();
+    let msg = ok(
+        d,
+        &[
+            "chat",
+            "send",
+            "--chat",
+            chat,
+            &format!("Say hello {MARKER}"),
+        ],
+    );
+    let msg = msg.lines().next().unwrap();
+    let events = streams().join("plain_text_small_deltas/input.jsonl");
+    ok(
+        d,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            msg,
+            "--events",
+            events.to_str().unwrap(),
+        ],
+    );
+    let head_before = Repository::open(d).unwrap().head();
+
+    // Bad password: a named error, exit 1, nothing written anywhere.
+    let out = gel(d, &sync_args(&pds, "not-the-password"));
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad credentials"), "{err}");
+    assert!(!d.join("sync.json").exists());
+
+    // Unreachable PDS: exit 2.
+    let out = gel(
+        d,
+        &[
+            "sync",
+            "--pds",
+            "http://127.0.0.1:9",
+            "--identifier",
+            &pds.handle,
+            "--password",
+            &pds.password,
+            "--plc",
+            &pds.plc,
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach http://127.0.0.1:9"), "{err}");
+
+    // First sync: everything goes up, the repository verifies.
+    let report: Value = serde_json::from_str(&ok(d, &sync_args(&pds, &pds.password))).unwrap();
+    let (root, ours) = local_root(d);
+    assert_eq!(report["did"], pds.did.as_str());
+    assert_eq!(report["push"]["created"], ours as u64, "{report}");
+    assert_eq!(report["push"]["unchanged"], 0);
+    assert_eq!(report["pull"]["our_records"], ours as u64);
+    assert_eq!(report["pull"]["data_matches"], true, "{report}");
+    // DESIGN §7: the PDS's MST root is the one computed here over the same
+    // records (the test account holds nothing else).
+    assert_eq!(report["pull"]["records"], ours as u64, "{report}");
+    assert_eq!(report["pull"]["data"], root.to_string());
+    // The local store is only read by sync.
+    assert_eq!(Repository::open(d).unwrap().head(), head_before);
+
+    // listRecords shows the messages under their local keys and CIDs.
+    let repo = Repository::open(d).unwrap();
+    let messages = list_records(&pds, "chat.gel.assistant.message");
+    let local: Vec<(String, gelstore::model::Cid)> = repo
+        .list(Some("chat.gel.assistant.message"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .collect();
+    assert!(local.len() >= 2, "{local:?}");
+    assert_eq!(messages.len(), local.len());
+    for (key, cid) in &local {
+        let uri = format!("at://{}/{key}", pds.did);
+        let remote = messages.iter().find(|m| m["uri"] == uri.as_str());
+        let remote = remote.unwrap_or_else(|| panic!("{uri} not listed"));
+        assert_eq!(remote["cid"], cid.to_string(), "{uri}");
+    }
+    let msg_uri = format!("at://{}/chat.gel.assistant.message/{msg}", pds.did);
+    assert!(messages.iter().any(|m| m["uri"] == msg_uri.as_str()));
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["uri"] == format!("{msg_uri}.r0").as_str())
+    );
+    drop(repo);
+
+    // The test's own getRepo: verifies against the DID document's key, and
+    // carries no plaintext.
+    let (status, car) = get(&format!(
+        "{}/xrpc/com.atproto.sync.getRepo?did={}",
+        pds.service, pds.did
+    ));
+    assert_eq!(status, 200);
+    let key = pds_key(&pds);
+    let verified = verify_repo_car(
+        &car,
+        &VerifyOptions::new(SignatureCheck::Key(&key)).expect_did(&pds.did),
+    )
+    .unwrap();
+    assert_eq!(verified.repo.summary.signature, SignatureStatus::Verified);
+    assert_eq!(verified.repo.summary.data_cid, root);
+    assert!(
+        !car.windows(MARKER.len()).any(|w| w == MARKER.as_bytes()),
+        "plaintext reached the PDS"
+    );
+    let rev = verified.repo.summary.rev;
+
+    // Second sync: nothing new is pushed, no new commit on the PDS.
+    let again: Value = serde_json::from_str(&ok(d, &sync_args(&pds, &pds.password))).unwrap();
+    assert_eq!(again["push"]["created"], 0, "{again}");
+    assert_eq!(again["push"]["updated"], 0);
+    assert_eq!(again["push"]["deleted"], 0);
+    assert_eq!(again["push"]["batches"], 0);
+    assert_eq!(again["push"]["unchanged"], ours as u64);
+    assert_eq!(again["pull"]["rev"], rev.to_string());
+    assert_eq!(again["pull"]["data_matches"], true);
+    assert_eq!(
+        list_records(&pds, "chat.gel.assistant.message").len(),
+        local.len()
+    );
+
+    // A crash between the PDS's commit and our marker: the marker is lost,
+    // the push is retried record by record (create-if-absent), nothing is
+    // duplicated and no new commit is made.
+    std::fs::remove_file(d.join("sync.json")).unwrap();
+    let retry: Value = serde_json::from_str(&ok(d, &sync_args(&pds, &pds.password))).unwrap();
+    assert_eq!(retry["push"]["retried"], ours as u64, "{retry}");
+    assert_eq!(retry["pull"]["rev"], rev.to_string());
+    assert_eq!(retry["pull"]["data_matches"], true);
 }

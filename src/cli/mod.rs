@@ -6,6 +6,7 @@ mod device;
 mod lex;
 mod repo;
 mod report;
+mod sync;
 
 pub use lex::sync_generated;
 
@@ -68,6 +69,9 @@ pub enum Command {
     /// approvals, approve.
     #[command(subcommand)]
     Chat(chat::ChatCommand),
+    /// Push the local chat records to a PDS, then fetch and verify its
+    /// repository.
+    Sync(sync::SyncArgs),
 }
 
 /// Output style shared by every reporting command.
@@ -88,5 +92,6 @@ pub fn run(cli: Cli) -> Outcome {
         Command::Repo(cmd) => repo::run(&cli.data, cmd),
         Command::Device(cmd) => device::run(&cli.data, cmd),
         Command::Chat(cmd) => chat::run(&cli.data, cmd),
+        Command::Sync(args) => sync::run(&cli.data, args),
     }
 }
