@@ -56,6 +56,24 @@ fn get(url: &str) -> (u16, Vec<u8>) {
     })
 }
 
+/// A blocking POST of JSON; returns the status and the JSON answer.
+fn post_json(url: &str, body: &Value) -> (u16, Value) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let resp = reqwest::Client::new()
+            .post(url)
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    })
+}
+
 fn get_json(url: &str) -> Value {
     let (status, body) = get(url);
     assert_eq!(status, 200, "{url}: {}", String::from_utf8_lossy(&body));
@@ -295,4 +313,26 @@ fn device_chat_sync_verify_and_resync() {
     assert_eq!(retry["push"]["retried"], ours as u64, "{retry}");
     assert_eq!(retry["pull"]["rev"], rev.to_string());
     assert_eq!(retry["pull"]["data_matches"], true);
+
+    // Another account on the same PDS: this store is linked to alice's.
+    let (status, bob) = post_json(
+        &format!("{}/xrpc/com.atproto.server.createAccount", pds.service),
+        &serde_json::json!({"handle": "bob.test", "email": "bob@example.com", "password": "bob-pass"}),
+    );
+    assert_eq!(status, 200, "{bob}");
+    let mut args = sync_args(&pds, "bob-pass");
+    args[4] = "bob.test";
+    let out = gel(d, &args);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("this store is linked to {}", pds.did)),
+        "{err}"
+    );
+    let bobs = get_json(&format!(
+        "{}/xrpc/com.atproto.repo.listRecords?repo={}&collection=chat.gel.assistant.message",
+        pds.service,
+        bob["did"].as_str().unwrap()
+    ));
+    assert_eq!(bobs["records"], serde_json::json!([]), "{bobs}");
 }

@@ -530,18 +530,28 @@ pub fn signing_key(session: &Session, plc: &str) -> Result<PublicKey, SyncError>
     key.map_err(|e: KeyError| fail(e.to_string()))
 }
 
-/// Fetches the PDS's repository, verifies it against `key`, and compares
-/// its `data` with the root computed over `pushed` (our records) plus its
-/// records of other collections.
+/// Fetches the PDS's repository and checks it with [`verify_remote`].
 pub fn pull_verify(
     session: &Session,
     key: &PublicKey,
     pushed: &BTreeMap<String, String>,
 ) -> Result<PullReport, SyncError> {
     let car = session.get_repo()?;
+    verify_remote(&car, session.did(), key, pushed)
+}
+
+/// Verifies a repository CAR from the PDS (signature against `key`, the
+/// commit naming `did`, MST, records) and compares its `data` with the root
+/// computed over `pushed` plus its records of other collections.
+pub fn verify_remote(
+    car: &[u8],
+    did: &str,
+    key: &PublicKey,
+    pushed: &BTreeMap<String, String>,
+) -> Result<PullReport, SyncError> {
     let verified = verify_repo_car(
-        &car,
-        &VerifyOptions::new(SignatureCheck::Key(key)).expect_did(session.did()),
+        car,
+        &VerifyOptions::new(SignatureCheck::Key(key)).expect_did(did),
     )?;
     let repo = &verified.repo;
     let mut entries: Vec<(String, Cid)> = repo
@@ -620,4 +630,75 @@ pub fn sync(data: &Path, opts: &SyncOptions) -> Result<SyncReport, SyncError> {
         push,
         pull,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::repo::keys::SigningKey;
+    use crate::repo::repository::Write;
+    use crate::store::MemoryEngine;
+
+    /// A signed repository with two of our records and one other, as a CAR.
+    fn remote() -> (Vec<u8>, String, PublicKey, BTreeMap<String, String>) {
+        let key = SigningKey::generate(KeyAlgorithm::K256).unwrap();
+        let public = key.public_key();
+        let mut repo = Repository::init_engine(Arc::new(MemoryEngine::new()), key).unwrap();
+        let chat =
+            json!({"$type": "chat.gel.assistant.chat", "createdAt": "2026-01-01T00:00:00.000Z"});
+        let other = json!({"$type": "app.example.thing", "n": 1});
+        repo.apply(&[
+            Write::create("chat.gel.assistant.chat", "3lbqzdw5pzk22", chat.clone()),
+            Write::create("app.example.thing", "self", other),
+        ])
+        .unwrap();
+        let mut pushed = BTreeMap::new();
+        for entry in repo.list(None).unwrap() {
+            let (k, cid) = entry.unwrap();
+            if k.starts_with(COLLECTION_PREFIX) {
+                pushed.insert(k, cid.to_string());
+            }
+        }
+        let (car, _) = repo.export(Vec::new(), None).unwrap();
+        (car, repo.did().to_owned(), public, pushed)
+    }
+
+    #[test]
+    fn verify_remote_checks_signature_and_data_root() {
+        let (car, did, key, pushed) = remote();
+        let report = verify_remote(&car, &did, &key, &pushed).unwrap();
+        assert_eq!(report.records, 2);
+        assert_eq!(report.our_records, 1);
+        assert!(report.data_matches, "{report:?}");
+
+        // A record the PDS lacks: verified, but not in sync.
+        let mut more = pushed.clone();
+        more.insert(
+            "chat.gel.assistant.chat/3lbqzdw5pzk23".into(),
+            pushed.values().next().unwrap().clone(),
+        );
+        let report = verify_remote(&car, &did, &key, &more).unwrap();
+        assert!(!report.data_matches);
+        assert_ne!(report.expected_data, report.data);
+
+        // Another key, another DID, a damaged CAR: named errors.
+        let stranger = SigningKey::generate(KeyAlgorithm::K256)
+            .unwrap()
+            .public_key();
+        let e = verify_remote(&car, &did, &stranger, &pushed).unwrap_err();
+        assert!(matches!(e, SyncError::Verify(_)), "{e}");
+        assert!(e.to_string().contains("failed verification"), "{e}");
+        assert!(!e.is_environment());
+        let e = verify_remote(&car, "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa", &key, &pushed).unwrap_err();
+        assert!(matches!(e, SyncError::Verify(_)), "{e}");
+        let mut bad = car.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0x55;
+        let e = verify_remote(&bad, &did, &key, &pushed).unwrap_err();
+        assert!(matches!(e, SyncError::Verify(_)), "{e}");
+    }
 }
