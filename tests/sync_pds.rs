@@ -9,7 +9,7 @@ use std::process::{Command, Output};
 use gelstore::repo::blocks::MemoryBlocks;
 use gelstore::repo::keys::{KeyAlgorithm, PublicKey};
 use gelstore::repo::mst::Mst;
-use gelstore::repo::repository::Repository;
+use gelstore::repo::repository::{Repository, Write};
 use gelstore::repo::verify::{SignatureCheck, SignatureStatus, VerifyOptions, verify_repo_car};
 use serde_json::Value;
 
@@ -313,6 +313,35 @@ fn device_chat_sync_verify_and_resync() {
     assert_eq!(retry["push"]["retried"], ours as u64, "{retry}");
     assert_eq!(retry["pull"]["rev"], rev.to_string());
     assert_eq!(retry["pull"]["data_matches"], true);
+
+    // A local update and a local delete go out as #update and #delete.
+    {
+        let mut repo = Repository::open(d).unwrap();
+        let mut chat_record = repo
+            .get("chat.gel.assistant.chat", chat)
+            .unwrap()
+            .unwrap()
+            .value;
+        chat_record["createdAt"] = "2026-01-02T03:04:05.000Z".into();
+        repo.apply(&[
+            Write::update("chat.gel.assistant.chat", chat, chat_record),
+            Write::delete("chat.gel.assistant.message", format!("{msg}.r0")),
+        ])
+        .unwrap();
+    }
+    let changed: Value = serde_json::from_str(&ok(d, &sync_args(&pds, &pds.password))).unwrap();
+    assert_eq!(changed["push"]["updated"], 1, "{changed}");
+    assert_eq!(changed["push"]["deleted"], 1, "{changed}");
+    assert_eq!(changed["push"]["created"], 0, "{changed}");
+    assert_eq!(changed["push"]["batches"], 1, "{changed}");
+    assert_eq!(changed["pull"]["data_matches"], true, "{changed}");
+    let (root, ours) = local_root(d);
+    assert_eq!(changed["pull"]["data"], root.to_string());
+    assert_eq!(changed["pull"]["records"], ours as u64);
+    assert_eq!(
+        list_records(&pds, "chat.gel.assistant.message").len(),
+        local.len() - 1
+    );
 
     // Another account on the same PDS: this store is linked to alice's.
     let (status, bob) = post_json(
