@@ -10,7 +10,9 @@ use gelstore::repo::blocks::MemoryBlocks;
 use gelstore::repo::keys::{KeyAlgorithm, PublicKey};
 use gelstore::repo::mst::Mst;
 use gelstore::repo::repository::{Repository, Write};
+use gelstore::repo::tid::Tid;
 use gelstore::repo::verify::{SignatureCheck, SignatureStatus, VerifyOptions, verify_repo_car};
+use gelstore::sync::{self, SyncOptions};
 use serde_json::Value;
 
 use common_pds::Pds;
@@ -211,6 +213,16 @@ fn device_chat_sync_verify_and_resync() {
     assert!(err.contains("bad credentials"), "{err}");
     assert!(!d.join("sync.json").exists());
 
+    // A DID document that cannot be had (the PLC URL is wrong): a named
+    // error before anything is pushed.
+    let mut args = sync_args(&pds, &pds.password);
+    args[8] = &pds.service;
+    let out = gel(d, &args);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot resolve the key of"), "{err}");
+    assert!(list_records(&pds, "chat.gel.assistant.message").is_empty());
+
     // Unreachable PDS: exit 2.
     let out = gel(
         d,
@@ -291,8 +303,11 @@ fn device_chat_sync_verify_and_resync() {
     );
     let rev = verified.repo.summary.rev;
 
-    // Second sync: nothing new is pushed, no new commit on the PDS.
-    let again: Value = serde_json::from_str(&ok(d, &sync_args(&pds, &pds.password))).unwrap();
+    // Second sync (logging in with the DID this time): nothing new is
+    // pushed, no new commit on the PDS.
+    let mut args = sync_args(&pds, &pds.password);
+    args[4] = &pds.did;
+    let again: Value = serde_json::from_str(&ok(d, &args)).unwrap();
     assert_eq!(again["push"]["created"], 0, "{again}");
     assert_eq!(again["push"]["updated"], 0);
     assert_eq!(again["push"]["deleted"], 0);
@@ -364,4 +379,47 @@ fn device_chat_sync_verify_and_resync() {
         bob["did"].as_str().unwrap()
     ));
     assert_eq!(bobs["records"], serde_json::json!([]), "{bobs}");
+}
+
+#[test]
+fn large_push_goes_in_batches_of_200() {
+    let pds = Pds::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["device", "init"]);
+    {
+        let mut repo = Repository::open(d).unwrap();
+        let writes: Vec<Write> = (0..250u64)
+            .map(|i| {
+                let rkey = Tid::from_u64((1_700_000_000_000_000 + i) << 10).to_string();
+                Write::create(
+                    "chat.gel.assistant.chat",
+                    rkey,
+                    serde_json::json!({
+                        "$type": "chat.gel.assistant.chat",
+                        "createdAt": "2026-01-01T00:00:00.000Z",
+                    }),
+                )
+            })
+            .collect();
+        repo.apply(&writes).unwrap();
+    }
+    let opts = SyncOptions {
+        service: pds.service.clone(),
+        identifier: pds.handle.clone(),
+        password: pds.password.clone(),
+        plc: pds.plc.clone(),
+    };
+    let (root, ours) = local_root(d);
+    assert!(ours >= 250);
+    let report = sync::sync(d, &opts).unwrap();
+    assert_eq!(report.push.created, ours);
+    assert_eq!(report.push.batches, ours.div_ceil(200));
+    assert_eq!(report.push.retried, 0);
+    assert_eq!(report.pull.records, ours);
+    assert_eq!(report.pull.data, root.to_string());
+    assert!(report.pull.data_matches);
+    let again = sync::sync(d, &opts).unwrap();
+    assert_eq!((again.push.created, again.push.batches), (0, 0));
+    assert_eq!(again.pull.rev, report.pull.rev);
 }
