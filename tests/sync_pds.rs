@@ -223,6 +223,14 @@ fn device_chat_sync_verify_and_resync() {
     assert!(err.contains("cannot resolve the key of"), "{err}");
     assert!(list_records(&pds, "chat.gel.assistant.message").is_empty());
 
+    // An unreachable PLC directory: exit 2.
+    let mut args = sync_args(&pds, &pds.password);
+    args[8] = "http://127.0.0.1:9";
+    let out = gel(d, &args);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot reach http://127.0.0.1:9"), "{err}");
+
     // Unreachable PDS: exit 2.
     let out = gel(
         d,

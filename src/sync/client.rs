@@ -348,12 +348,17 @@ impl Session {
                 url: url.clone(),
                 reason,
             };
+            // A PLC directory that cannot be reached is the environment's
+            // failure (exit 2), like an unreachable PDS.
             let resp = self
                 .http
                 .get(&url)
                 .send()
                 .await
-                .map_err(|e| fail(error_chain(&e)))?;
+                .map_err(|e| SyncError::Unreachable {
+                    url: plc.to_owned(),
+                    reason: error_chain(&e),
+                })?;
             if !resp.status().is_success() {
                 return Err(fail(format!("HTTP {}", resp.status())));
             }
