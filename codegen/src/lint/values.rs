@@ -10,9 +10,9 @@ use super::{Cx, refs, rules};
 use crate::finding::pointer_push;
 use crate::schema::{Boolean, Integer, StringType};
 use crate::syntax::Format;
+use crate::validate::count_graphemes;
 use std::collections::HashMap;
 use std::fmt::Display;
-use unicode_segmentation::UnicodeSegmentation;
 
 pub(super) fn boolean(cx: &mut Cx, path: &str, b: &Boolean, required: bool) {
     const_and_default(cx, path, b.r#const.is_some(), b.default.is_some());
@@ -212,7 +212,7 @@ fn string_violation(s: &StringType, format: Option<Format>, value: &str) -> Opti
         ));
     }
     if s.min_graphemes.is_some() || s.max_graphemes.is_some() {
-        let graphemes = value.graphemes(true).count() as u64;
+        let graphemes = count_graphemes(value, u64::MAX);
         if let Some(min) = s.min_graphemes
             && graphemes < min
         {
