@@ -309,16 +309,14 @@ fn generated_files(base: &std::path::Path, dir: &std::path::Path) -> std::io::Re
 /// `chat.gel.assistant.defs#plainContent` (the content inside a seal) — that
 /// object. The record key only applies to records.
 fn check_value(catalog: &Catalog, value: &Value, rkey: Option<&str>) -> Vec<Finding> {
-    let names_non_record = value
-        .get("$type")
-        .and_then(Value::as_str)
-        .and_then(|t| catalog.resolve_type_id(t).ok())
-        .is_some_and(|r| !matches!(r.def, Def::Record(_)));
-    if names_non_record {
-        let type_id = value["$type"].as_str().unwrap_or_default();
-        validate::validate_value(catalog, type_id, value)
-    } else {
-        validate::validate_record(catalog, value, rkey)
+    let non_record_type = value.get("$type").and_then(Value::as_str).filter(|t| {
+        catalog
+            .resolve_type_id(t)
+            .is_ok_and(|r| !matches!(r.def, Def::Record(_)))
+    });
+    match non_record_type {
+        Some(type_id) => validate::validate_value(catalog, type_id, value),
+        None => validate::validate_record(catalog, value, rkey),
     }
 }
 
