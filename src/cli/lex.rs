@@ -200,22 +200,12 @@ fn run_gen(args: GenArgs) -> Outcome {
     match sync_generated(&args.out, &files, args.check) {
         Ok(drift) => {
             let label = |f: &str| args.out.join(f).display().to_string();
-            let mut reports: Vec<InputReport> = files
-                .iter()
-                .map(|f| InputReport::new(label(&f.path)))
+            let names = files.iter().map(|f| label(&f.path)).collect();
+            let findings = drift
+                .into_iter()
+                .map(|(file, message)| Finding::new(label(&file), "", GENERATED_DRIFT, message))
                 .collect();
-            for (file, message) in drift {
-                let file = label(&file);
-                let finding = Finding::new(file.clone(), "", GENERATED_DRIFT, message);
-                match reports.iter_mut().find(|r| r.file == file) {
-                    Some(r) => r.errors.push(finding),
-                    None => {
-                        let mut r = InputReport::new(file);
-                        r.errors.push(finding);
-                        reports.push(r);
-                    }
-                }
-            }
+            let reports = report::group_by_file(names, findings);
             report::print(&reports, args.format, "generated file(s)")
         }
         Err(e) => {
