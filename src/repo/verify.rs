@@ -292,7 +292,11 @@ pub fn verify_repo_car_from_reader<R: Read>(
 
 fn verified_car(car: Car, opts: &VerifyOptions<'_>) -> Result<VerifiedCar, VerifyError> {
     let root = single_root(&car.roots)?;
-    let (repo, reachable) = verify(&car, root, opts)?;
+    let (repo, nodes) = verify_with_nodes(&car, root, opts)?;
+    let reachable: HashSet<Cid> = std::iter::once(root)
+        .chain(nodes)
+        .chain(repo.records.iter().map(|(_, cid)| *cid))
+        .collect();
     let unreachable_blocks = car.blocks.len().saturating_sub(reachable.len());
     Ok(VerifiedCar {
         repo,
@@ -317,30 +321,26 @@ pub fn verify_repo(
     commit_cid: Cid,
     opts: &VerifyOptions<'_>,
 ) -> Result<VerifiedRepo, VerifyError> {
-    verify(blocks, commit_cid, opts).map(|(repo, _)| repo)
+    verify_with_nodes(blocks, commit_cid, opts).map(|(repo, _)| repo)
 }
 
-/// [`verify_repo`], also giving the set of blocks reached.
-fn verify(
+/// [`verify_repo`], also giving the CID of every MST node, in walk order
+/// (each once), so a caller need not walk the tree again.
+pub(crate) fn verify_with_nodes(
     blocks: &impl BlockSource,
     commit_cid: Cid,
     opts: &VerifyOptions<'_>,
-) -> Result<(VerifiedRepo, HashSet<Cid>), VerifyError> {
+) -> Result<(VerifiedRepo, Vec<Cid>), VerifyError> {
     let (commit, signature) = verified_commit(blocks, commit_cid, opts)?;
     let mst = Mst::load(blocks, commit.data())?;
     let mut records = Vec::new();
-    let mut reached = HashSet::from([commit_cid]);
+    let mut nodes = Vec::new();
     let mut checked = HashSet::new();
-    let mut mst_node_count = 0;
     for visit in mst.walk() {
         match visit? {
-            Visit::Node { cid, .. } => {
-                mst_node_count += 1;
-                reached.insert(cid);
-            }
+            Visit::Node { cid, .. } => nodes.push(cid),
             Visit::Leaf { key, value } => {
                 check_repo_path(&key)?;
-                reached.insert(value);
                 if checked.insert(value) {
                     let bytes = blocks
                         .get(&value)?
@@ -361,7 +361,7 @@ fn verify(
         data_cid: commit.data(),
         prev: commit.prev(),
         record_count: records.len(),
-        mst_node_count,
+        mst_node_count: nodes.len(),
         signature,
     };
     let repo = VerifiedRepo {
@@ -369,7 +369,7 @@ fn verify(
         commit,
         records,
     };
-    Ok((repo, reached))
+    Ok((repo, nodes))
 }
 
 /// Reads, decodes and checks the commit (steps 3 to 5 of the module docs).

@@ -27,37 +27,26 @@ pub(crate) fn covering_proof(
     key: &str,
     out: &mut dyn BlockSink,
 ) -> Result<(), MstError> {
-    let mut node = root.clone();
-    let mut bounds = Bounds::default();
-    loop {
-        out.put(node.cid(), node.bytes().to_vec())?;
-        let i = node.find(key);
-        if node.leaf_at(i, key).is_some() {
-            let h = below(node.height);
-            spine(
-                src,
-                &node.subtrees[i],
-                h,
-                bounds.child(&node, i),
-                Edge::Last,
-                out,
-            )?;
-            spine(
-                src,
-                &node.subtrees[i + 1],
-                h,
-                bounds.child(&node, i + 1),
-                Edge::First,
-                out,
-            )?;
-            return Ok(());
-        }
-        let Some(link) = node.subtrees[i].clone() else {
-            return Ok(());
-        };
-        bounds = bounds.child(&node, i);
-        node = link.load(src, below(node.height), &bounds)?;
-    }
+    let Some((node, bounds, i)) = search_path_to(src, root, key, out)? else {
+        return Ok(());
+    };
+    let h = below(node.height);
+    spine(
+        src,
+        &node.subtrees[i],
+        h,
+        bounds.child(&node, i),
+        Edge::Last,
+        out,
+    )?;
+    spine(
+        src,
+        &node.subtrees[i + 1],
+        h,
+        bounds.child(&node, i + 1),
+        Edge::First,
+        out,
+    )
 }
 
 #[derive(Clone, Copy)]
@@ -100,16 +89,28 @@ pub(crate) fn search_path(
     key: &str,
     out: &mut dyn BlockSink,
 ) -> Result<(), MstError> {
+    search_path_to(src, root, key, out).map(|_| ())
+}
+
+/// Puts the search path of `key` into `out` (see [`search_path`]); when
+/// the key is present, gives the node holding it, that node's bounds and
+/// the key's index among its leaves.
+fn search_path_to(
+    src: &dyn BlockSource,
+    root: &Arc<Node>,
+    key: &str,
+    out: &mut dyn BlockSink,
+) -> Result<Option<(Arc<Node>, Bounds, usize)>, MstError> {
     let mut node = root.clone();
     let mut bounds = Bounds::default();
     loop {
         out.put(node.cid(), node.bytes().to_vec())?;
         let i = node.find(key);
         if node.leaf_at(i, key).is_some() {
-            return Ok(());
+            return Ok(Some((node, bounds, i)));
         }
         let Some(link) = node.subtrees[i].clone() else {
-            return Ok(());
+            return Ok(None);
         };
         bounds = bounds.child(&node, i);
         node = link.load(src, below(node.height), &bounds)?;

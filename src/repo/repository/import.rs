@@ -22,10 +22,9 @@ use crate::repo::car::{Car, CarLimits};
 use crate::repo::commit::Commit;
 use crate::repo::identity;
 use crate::repo::keys::{PublicKey, SigningKey};
-use crate::repo::mst::{Mst, Visit};
 use crate::repo::verify::{
     RepoSummary, SignatureCheck, VerifiedRepo, VerifyError, VerifyOptions, shorten, single_root,
-    verify_repo,
+    verify_with_nodes,
 };
 use crate::store::{Batch, Engine, SledEngine, Table};
 
@@ -56,6 +55,8 @@ pub struct ImportStats {
 pub struct VerifiedImport {
     car: Car,
     repo: VerifiedRepo,
+    /// Every MST node's CID, as verification walked them.
+    nodes: Vec<Cid>,
 }
 
 impl VerifiedImport {
@@ -100,8 +101,8 @@ pub fn verify_car(
     if let Some(did) = options.did {
         verify_options = verify_options.expect_did(did);
     }
-    let repo = verify_repo(&car, root, &verify_options)?;
-    Ok(VerifiedImport { car, repo })
+    let (repo, nodes) = verify_with_nodes(&car, root, &verify_options)?;
+    Ok(VerifiedImport { car, repo, nodes })
 }
 
 impl Repository {
@@ -167,7 +168,11 @@ impl Repository {
         verified: VerifiedImport,
         mut batch: Batch,
     ) -> Result<(Repository, ImportStats), RepoError> {
-        let VerifiedImport { mut car, repo } = verified;
+        let VerifiedImport {
+            mut car,
+            repo,
+            nodes,
+        } = verified;
         let commit = repo.commit;
         let root = repo.summary.commit_cid;
         let did = commit.did().to_owned();
@@ -178,20 +183,15 @@ impl Repository {
             }
         }
 
-        // Count every reachable block.
+        // Count every reachable block: the commit, every node (verification
+        // walked them), and each record once per key holding it.
         let mut acc = Accounting::new();
-        let mut reachable: Vec<Cid> = vec![root];
-        acc.add(root, 1);
-        {
-            let mst = Mst::load(&car, commit.data())?;
-            for visit in mst.walk() {
-                let cid = match visit? {
-                    Visit::Node { cid, .. } => cid,
-                    Visit::Leaf { value, .. } => value,
-                };
-                acc.add(cid, 1);
-                reachable.push(cid);
-            }
+        let reachable: Vec<Cid> = std::iter::once(root)
+            .chain(nodes)
+            .chain(repo.records.iter().map(|(_, value)| *value))
+            .collect();
+        for cid in &reachable {
+            acc.add(*cid, 1);
         }
         let total_blocks = car.blocks.len();
         let mut stored = 0;
