@@ -7,13 +7,12 @@
 //! usage, or an environment failure (I/O, a key file others can read, the
 //! store locked by another process).
 
-use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::{Format, Outcome};
+use super::{Failure, Format, Outcome, finish, say};
 use crate::device::{self, DeviceError, DeviceListing};
 use crate::repo::car::CarError;
 use crate::repo::identity::IdentityError;
@@ -89,12 +88,6 @@ pub struct RemoveArgs {
     pub format: Format,
 }
 
-/// A failure, with the exit status it maps to.
-struct Failure {
-    outcome: Outcome,
-    message: String,
-}
-
 impl From<DeviceError> for Failure {
     fn from(e: DeviceError) -> Self {
         Failure {
@@ -137,18 +130,7 @@ pub fn run(data: &Path, cmd: DeviceCommand) -> Outcome {
         DeviceCommand::Ls(a) => ls(data, a.format),
         DeviceCommand::Remove(a) => remove(data, a),
     };
-    match result {
-        Ok(()) => Outcome::Clean,
-        Err(f) => {
-            eprintln!("error: {}", f.message);
-            f.outcome
-        }
-    }
-}
-
-/// Prints one line to stdout; a closed stdout (`| head`) is not an error.
-fn say(line: impl std::fmt::Display) {
-    let _ = writeln!(io::stdout().lock(), "{line}");
+    finish(result)
 }
 
 fn init(data: &Path, args: InitArgs) -> Result<()> {
