@@ -18,6 +18,7 @@ use crate::repo::car::CarError;
 use crate::repo::identity::IdentityError;
 use crate::repo::repository::Refresh;
 use crate::repo::repository::RepoError;
+use crate::seal::keys::hex;
 use crate::seal::{PairingCode, SealError, os_rng};
 
 #[derive(Subcommand, Debug)]
@@ -319,8 +320,4 @@ fn remove(data: &Path, args: RemoveArgs) -> Result<()> {
         Format::Json => say(json!({"removed": args.id, "epoch": epoch})),
     }
     Ok(())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
