@@ -276,10 +276,7 @@ fn reply(data: &Path, args: ReplyArgs) -> Result<()> {
     let mut store = ChatStore::open(data)?;
     let (pending, finished) =
         store.run_reply_with(message, attempt, policy, &runs, input.lines(), |event| {
-            match serde_json::to_string(event) {
-                Ok(line) => say(line),
-                Err(e) => eprintln!("warning: an event did not serialize: {e}"),
-            }
+            say(event.to_json_line())
         })?;
     let status = finished.status.as_str();
     eprintln!("reply {}: {status}", pending.key);
