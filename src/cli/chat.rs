@@ -7,7 +7,7 @@
 //! message on stderr and nothing written; 2 usage, or an environment
 //! failure (I/O, the store locked by another process).
 
-use std::io::{self, BufRead, Write as _};
+use std::io::{self, BufRead};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -15,7 +15,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
 use super::device::is_environment;
-use super::{Format, Outcome};
+use super::{Failure, Format, Outcome, finish, say};
 use crate::chat::ToolRun;
 use crate::chat::store::{ChatThread, ContentState, WaitingApproval};
 use crate::chat::{
@@ -131,12 +131,6 @@ pub struct ApproveArgs {
     pub format: Format,
 }
 
-/// A failure, with the exit status it maps to.
-struct Failure {
-    outcome: Outcome,
-    message: String,
-}
-
 impl From<ChatStoreError> for Failure {
     fn from(e: ChatStoreError) -> Self {
         let outcome = match &e {
@@ -177,20 +171,7 @@ pub fn run(data: &Path, cmd: ChatCommand) -> Outcome {
         ChatCommand::Approvals(a) => approvals(data, a.format),
         ChatCommand::Approve(a) => approve(data, a),
     };
-    match result {
-        Ok(()) => Outcome::Clean,
-        Err(f) => {
-            eprintln!("error: {}", f.message);
-            f.outcome
-        }
-    }
-}
-
-/// Prints one line to stdout; a closed stdout (`| head`) is not an error.
-fn say(line: impl std::fmt::Display) {
-    let mut out = io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
+    finish(result)
 }
 
 fn new(data: &Path, args: NewArgs) -> Result<()> {
@@ -295,10 +276,7 @@ fn reply(data: &Path, args: ReplyArgs) -> Result<()> {
     let mut store = ChatStore::open(data)?;
     let (pending, finished) =
         store.run_reply_with(message, attempt, policy, &runs, input.lines(), |event| {
-            match serde_json::to_string(event) {
-                Ok(line) => say(line),
-                Err(e) => eprintln!("warning: an event did not serialize: {e}"),
-            }
+            say(event.to_json_line())
         })?;
     let status = finished.status.as_str();
     eprintln!("reply {}: {status}", pending.key);

@@ -7,18 +7,18 @@
 //! usage, or an environment failure (I/O, a key file others can read, the
 //! store locked by another process).
 
-use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::{Format, Outcome};
+use super::{Failure, Format, Outcome, finish, say};
 use crate::device::{self, DeviceError, DeviceListing};
 use crate::repo::car::CarError;
 use crate::repo::identity::IdentityError;
 use crate::repo::repository::Refresh;
 use crate::repo::repository::RepoError;
+use crate::seal::keys::hex;
 use crate::seal::{PairingCode, SealError, os_rng};
 
 #[derive(Subcommand, Debug)]
@@ -89,12 +89,6 @@ pub struct RemoveArgs {
     pub format: Format,
 }
 
-/// A failure, with the exit status it maps to.
-struct Failure {
-    outcome: Outcome,
-    message: String,
-}
-
 impl From<DeviceError> for Failure {
     fn from(e: DeviceError) -> Self {
         Failure {
@@ -137,18 +131,7 @@ pub fn run(data: &Path, cmd: DeviceCommand) -> Outcome {
         DeviceCommand::Ls(a) => ls(data, a.format),
         DeviceCommand::Remove(a) => remove(data, a),
     };
-    match result {
-        Ok(()) => Outcome::Clean,
-        Err(f) => {
-            eprintln!("error: {}", f.message);
-            f.outcome
-        }
-    }
-}
-
-/// Prints one line to stdout; a closed stdout (`| head`) is not an error.
-fn say(line: impl std::fmt::Display) {
-    let _ = writeln!(io::stdout().lock(), "{line}");
+    finish(result)
 }
 
 fn init(data: &Path, args: InitArgs) -> Result<()> {
@@ -337,8 +320,4 @@ fn remove(data: &Path, args: RemoveArgs) -> Result<()> {
         Format::Json => say(json!({"removed": args.id, "epoch": epoch})),
     }
     Ok(())
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

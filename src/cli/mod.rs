@@ -11,6 +11,7 @@ mod sync;
 pub use lex::sync_generated;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -30,6 +31,30 @@ impl From<Outcome> for ExitCode {
             Outcome::Failed => ExitCode::from(2),
         }
     }
+}
+
+/// A failed command, with the exit status it maps to.
+struct Failure {
+    outcome: Outcome,
+    message: String,
+}
+
+/// The exit status of a command's result; a failure's message goes to stderr.
+fn finish(result: Result<(), Failure>) -> Outcome {
+    match result {
+        Ok(()) => Outcome::Clean,
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            f.outcome
+        }
+    }
+}
+
+/// Prints one line to stdout; a closed stdout (`| head`) is not an error.
+fn say(line: impl std::fmt::Display) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
 }
 
 #[derive(Parser, Debug)]

@@ -7,13 +7,12 @@
 //! store is linked to); 2 usage or environment (PDS unreachable, local I/O,
 //! no repository). A failed sync leaves the local store as it was.
 
-use std::io::{self, Write as _};
 use std::path::Path;
 
 use clap::Args;
 use serde_json::json;
 
-use super::{Format, Outcome};
+use super::{Format, Outcome, say};
 use crate::sync::{self, DEFAULT_PLC, SyncOptions};
 
 /// The environment variable read when `--password` is not given.
@@ -36,10 +35,6 @@ pub struct SyncArgs {
     pub plc: String,
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
-}
-
-fn say(line: impl std::fmt::Display) {
-    let _ = writeln!(io::stdout().lock(), "{line}");
 }
 
 pub fn run(data: &Path, args: SyncArgs) -> Outcome {

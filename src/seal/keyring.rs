@@ -270,21 +270,27 @@ impl Keyring {
         rng: &mut impl CryptoRng,
     ) -> Result<(Keyring, Vec<KeyWrap>)> {
         let account = new_account_key(0, rng);
-        let mut ring = Keyring {
-            did: did.to_string(),
-            device_id: device_id.to_string(),
-            device,
-            accounts: BTreeMap::new(),
-            chat_keys: BTreeMap::new(),
-            roster: BTreeMap::new(),
-            admitted_with: account.key_id.clone(),
-        };
-        ring.accounts
-            .insert((0, account.key_id.clone()), account.clone());
+        let mut ring = Keyring::holding(did, device_id, device, account.clone());
         let me = (ring.device_id.clone(), ring.device.public_key());
         let wrap = ring.admission(&account, &me.0, &me.1, rng)?;
         ring.roster.entry(0).or_default().insert(me.0, me.1);
         Ok((ring, vec![wrap]))
+    }
+
+    /// A keyring admitted with `account`, holding only that key.
+    fn holding(did: &str, device_id: &str, device: DeviceKey, account: AccountKey) -> Keyring {
+        let mut accounts = BTreeMap::new();
+        let admitted_with = account.key_id.clone();
+        accounts.insert((account.epoch, account.key_id.clone()), account);
+        Keyring {
+            did: did.to_string(),
+            device_id: device_id.to_string(),
+            device,
+            accounts,
+            chat_keys: BTreeMap::new(),
+            roster: BTreeMap::new(),
+            admitted_with,
+        }
     }
 
     /// A new device joins with the wraps it found: it takes the account key
@@ -365,17 +371,7 @@ impl Keyring {
                 });
             }
         };
-        let mut ring = Keyring {
-            did: did.to_string(),
-            device_id: device_id.to_string(),
-            device,
-            accounts: BTreeMap::new(),
-            chat_keys: BTreeMap::new(),
-            roster: BTreeMap::new(),
-            admitted_with: account.key_id.clone(),
-        };
-        ring.accounts
-            .insert((account.epoch, account.key_id.clone()), account);
+        let mut ring = Keyring::holding(did, device_id, device, account);
         let report = ring.absorb(wraps);
         Ok((ring, report))
     }

@@ -34,7 +34,7 @@ pub(crate) fn random_key(rng: &mut impl CryptoRng) -> Zeroizing<[u8; KEY_LEN]> {
 pub(crate) fn random_hex(rng: &mut impl CryptoRng, n: usize) -> String {
     let mut buf = vec![0u8; n];
     rng.fill_bytes(&mut buf);
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+    hex(&buf)
 }
 
 /// A chat key (CK): the 32-byte secret that record keys are derived from,
