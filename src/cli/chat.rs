@@ -145,20 +145,6 @@ impl From<ChatStoreError> for Failure {
     }
 }
 
-fn usage(message: impl Into<String>) -> Failure {
-    Failure {
-        outcome: Outcome::Failed,
-        message: message.into(),
-    }
-}
-
-fn refused(message: impl Into<String>) -> Failure {
-    Failure {
-        outcome: Outcome::Findings,
-        message: message.into(),
-    }
-}
-
 type Result<T> = std::result::Result<T, Failure>;
 
 pub fn run(data: &Path, cmd: ChatCommand) -> Outcome {
@@ -181,7 +167,7 @@ fn new(data: &Path, args: NewArgs) -> Result<()> {
             let (provider, id) = m
                 .split_once('/')
                 .filter(|(p, i)| !p.is_empty() && !i.is_empty())
-                .ok_or_else(|| usage(format!("--model {m:?}: expected PROVIDER/ID")))?;
+                .ok_or_else(|| Failure::env(format!("--model {m:?}: expected PROVIDER/ID")))?;
             Some(ModelRef {
                 provider: provider.into(),
                 id: id.into(),
@@ -214,7 +200,7 @@ fn ls(data: &Path, format: Format) -> Result<()> {
 }
 
 fn attempt(n: i64) -> Result<Attempt> {
-    Attempt::new(n).map_err(|e| usage(format!("--attempt: {e}")))
+    Attempt::new(n).map_err(|e| Failure::env(format!("--attempt: {e}")))
 }
 
 fn send(data: &Path, args: SendArgs) -> Result<()> {
@@ -223,7 +209,7 @@ fn send(data: &Path, args: SendArgs) -> Result<()> {
         .as_deref()
         .map(ReplyKey::parse)
         .transpose()
-        .map_err(|e| usage(format!("--parent: {e}")))?;
+        .map_err(|e| Failure::env(format!("--parent: {e}")))?;
     let attempt = attempt(args.attempt)?;
     let mut store = ChatStore::open(data)?;
     let key = store.send(&args.chat, &args.text, parent, attempt)?;
@@ -238,12 +224,12 @@ fn reply(data: &Path, args: ReplyArgs) -> Result<()> {
     let message = match MessageKey::parse(&args.to) {
         Ok(MessageKey::User(t)) => t,
         Ok(MessageKey::Reply(_)) => {
-            return Err(refused(format!(
+            return Err(Failure::input(format!(
                 "--to {}: a reply answers a user message, not a reply",
                 args.to
             )));
         }
-        Err(e) => return Err(usage(format!("--to: {e}"))),
+        Err(e) => return Err(Failure::env(format!("--to: {e}"))),
     };
     let attempt = args.attempt.map(attempt).transpose()?;
     let policy: Arc<dyn ApprovalPolicy + Send + Sync> = if args.approve_tools.is_empty() {
@@ -255,14 +241,14 @@ fn reply(data: &Path, args: ReplyArgs) -> Result<()> {
         Box::new(io::stdin().lock())
     } else {
         let f = std::fs::File::open(&args.events)
-            .map_err(|e| usage(format!("{}: {e}", args.events.display())))?;
+            .map_err(|e| Failure::env(format!("{}: {e}", args.events.display())))?;
         Box::new(io::BufReader::new(f))
     };
     let mut runs = std::collections::BTreeMap::new();
     for t in &args.tool_output {
         let (id, output) = t
             .split_once('=')
-            .ok_or_else(|| usage(format!("--tool-output {t:?}: expected CALLID=OUTPUT")))?;
+            .ok_or_else(|| Failure::env(format!("--tool-output {t:?}: expected CALLID=OUTPUT")))?;
         let run = ToolRun {
             outcome: ToolResultOutcome::Succeeded,
             output: output.to_string(),
@@ -270,7 +256,9 @@ fn reply(data: &Path, args: ReplyArgs) -> Result<()> {
             elapsed_ms: None,
         };
         if runs.insert(id.to_string(), run).is_some() {
-            return Err(usage(format!("--tool-output: two outputs for call {id:?}")));
+            return Err(Failure::env(format!(
+                "--tool-output: two outputs for call {id:?}"
+            )));
         }
     }
     let mut store = ChatStore::open(data)?;

@@ -39,6 +39,24 @@ struct Failure {
     message: String,
 }
 
+impl Failure {
+    /// Refused input or state: exit 1.
+    fn input(message: impl Into<String>) -> Self {
+        Failure {
+            outcome: Outcome::Findings,
+            message: message.into(),
+        }
+    }
+
+    /// The environment failed (I/O, a locked store): exit 2.
+    fn env(message: impl Into<String>) -> Self {
+        Failure {
+            outcome: Outcome::Failed,
+            message: message.into(),
+        }
+    }
+}
+
 /// The exit status of a command's result; a failure's message goes to stderr.
 fn finish(result: Result<(), Failure>) -> Outcome {
     match result {

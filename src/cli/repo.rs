@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
-use super::{Format, Outcome};
+use super::{Failure, Format, Outcome, finish, say};
 use crate::model::parse_cid;
 use crate::repo::identity::IdentityError;
 use crate::repo::keys::PublicKey;
@@ -121,28 +121,6 @@ pub struct CheckArgs {
     pub key: Option<String>,
 }
 
-/// A failure, with the exit status it maps to.
-struct Failure {
-    outcome: Outcome,
-    message: String,
-}
-
-impl Failure {
-    fn input(message: impl Into<String>) -> Self {
-        Failure {
-            outcome: Outcome::Findings,
-            message: message.into(),
-        }
-    }
-
-    fn env(message: impl Into<String>) -> Self {
-        Failure {
-            outcome: Outcome::Failed,
-            message: message.into(),
-        }
-    }
-}
-
 impl From<RepoError> for Failure {
     fn from(e: RepoError) -> Self {
         let environment = matches!(
@@ -174,18 +152,7 @@ pub fn run(data: &Path, cmd: RepoCommand) -> Outcome {
         RepoCommand::Info(a) => info(data, a.format),
         RepoCommand::Check(a) => check(data, a.format),
     };
-    match result {
-        Ok(()) => Outcome::Clean,
-        Err(f) => {
-            eprintln!("error: {}", f.message);
-            f.outcome
-        }
-    }
-}
-
-/// Prints one line to stdout; a closed stdout (`| head`) is not an error.
-fn say(line: impl std::fmt::Display) {
-    let _ = writeln!(io::stdout().lock(), "{line}");
+    finish(result)
 }
 
 fn init(data: &Path, format: Format) -> Result<()> {
