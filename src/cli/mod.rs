@@ -6,6 +6,7 @@ mod device;
 mod lex;
 mod repo;
 mod report;
+mod serve;
 mod sync;
 
 pub use lex::sync_generated;
@@ -115,6 +116,8 @@ pub enum Command {
     /// Push the local chat records to a PDS, then fetch and verify its
     /// repository.
     Sync(sync::SyncArgs),
+    /// Serve the data folder's repository over XRPC to atproto clients.
+    Serve(serve::ServeArgs),
 }
 
 /// Output style shared by every reporting command.
@@ -130,11 +133,19 @@ pub enum Format {
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Outcome {
+    // While `gelstore serve` holds the folder, the store is its own: say so
+    // at once rather than wait on the store's lock.
+    if !matches!(cli.command, Command::Lex(_))
+        && let Err(e) = crate::server::running::check_free(&cli.data)
+    {
+        return finish(Err(Failure::env(e.to_string())));
+    }
     match cli.command {
         Command::Lex(cmd) => lex::run(cmd),
         Command::Repo(cmd) => repo::run(&cli.data, cmd),
         Command::Device(cmd) => device::run(&cli.data, cmd),
         Command::Chat(cmd) => chat::run(&cli.data, cmd),
         Command::Sync(args) => sync::run(&cli.data, args),
+        Command::Serve(args) => serve::run(&cli.data, args),
     }
 }
