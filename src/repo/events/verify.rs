@@ -248,8 +248,15 @@ fn check_ops(event: &CommitEvent, car: &Car) -> Result<Vec<RecordOp>, VerifyEven
         if !seen.insert(op.path.as_str()) {
             return Err(bad("more than one op on this path"));
         }
-        if op.action != OpAction::Create && op.prev.is_none() {
-            return Err(bad("an update or delete without prev"));
+        match (op.action, op.prev, op.cid) {
+            (OpAction::Create, None, Some(_)) | (OpAction::Update, Some(_), Some(_)) => {}
+            (OpAction::Delete, Some(_), None) => {}
+            (OpAction::Create, ..) => return Err(bad("a create needs a cid and no prev")),
+            (OpAction::Update, None, _) | (OpAction::Delete, None, _) => {
+                return Err(bad("an update or delete without prev"));
+            }
+            (OpAction::Update, ..) => return Err(bad("an update without a cid")),
+            (OpAction::Delete, ..) => return Err(bad("a delete with a cid")),
         }
         if let Some(cid) = op.cid {
             let block = car
