@@ -35,7 +35,10 @@ fn main() {
     let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
     let base = Tid::parse("3lbqzdw5pzk22").unwrap().as_u64();
     let rkey = |i: usize| format!("{}.r0", Tid::from_u64(base + (i as u64) * 1024));
-    println!("events bench: sled, fsync per commit, retention {}", repo.event_retention());
+    println!(
+        "events bench: sled, fsync per commit, retention {}",
+        repo.event_retention()
+    );
 
     let started = Instant::now();
     for i in 0..commits {

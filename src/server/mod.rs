@@ -12,12 +12,14 @@
 //! | `account` | `account.json`: handle, salted PBKDF2 password hash, token secret |
 //! | `identity` | the did:web and its DID document |
 //! | `blobs` | uploaded blobs, one file each |
+//! | `firehose` | `subscribeRepos`: the `#commit` event log over a websocket |
 //! | `running` | `serve.json`: tells other `gelstore` commands a server holds the folder |
 
 mod account;
 mod auth;
 mod blobs;
 mod error;
+mod firehose;
 mod identity;
 mod routes;
 pub mod running;
@@ -165,6 +167,10 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     );
 
     let app = Router::new()
+        .route(
+            "/xrpc/com.atproto.sync.subscribeRepos",
+            get(firehose::subscribe_repos),
+        )
         .route("/xrpc/{nsid}", any(xrpc::handle))
         .route("/.well-known/did.json", get(did_json))
         .route("/.well-known/atproto-did", get(atproto_did))
