@@ -2,6 +2,7 @@
 //! [`kind_of`] is the table of methods; [`call`] sends a request to its
 //! handler.
 
+mod chat;
 mod repo;
 mod server;
 mod sync;
@@ -29,14 +30,17 @@ pub fn kind_of(nsid: &str) -> Option<Kind> {
         | "com.atproto.sync.getLatestCommit"
         | "com.atproto.sync.getRepoStatus"
         | "com.atproto.sync.listRepos"
-        | "com.atproto.sync.getBlob" => Query,
+        | "com.atproto.sync.getBlob"
+        | "chat.gel.assistant.getThread"
+        | "chat.gel.assistant.listApprovals" => Query,
         "com.atproto.server.createSession"
         | "com.atproto.server.refreshSession"
         | "com.atproto.repo.createRecord"
         | "com.atproto.repo.putRecord"
         | "com.atproto.repo.deleteRecord"
         | "com.atproto.repo.applyWrites"
-        | "com.atproto.repo.uploadBlob" => Procedure,
+        | "com.atproto.repo.uploadBlob"
+        | "chat.gel.assistant.answerApproval" => Procedure,
         _ => return None,
     })
 }
@@ -68,6 +72,9 @@ pub async fn call(state: &Arc<AppState>, nsid: &str, req: Request) -> Result<Res
         "com.atproto.sync.getRepoStatus" => sync::get_repo_status(state, req).await,
         "com.atproto.sync.listRepos" => sync::list_repos(state, req).await,
         "com.atproto.sync.getBlob" => sync::get_blob(state, req).await,
+        "chat.gel.assistant.getThread" => chat::get_thread(state, req).await,
+        "chat.gel.assistant.listApprovals" => chat::list_approvals(state, req).await,
+        "chat.gel.assistant.answerApproval" => chat::answer_approval(state, req).await,
         other => Err(XrpcError::not_implemented(other)),
     }
 }
