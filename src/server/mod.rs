@@ -193,6 +193,9 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
             stopping.send_replace(true);
         })
         .await;
+    // The store closes before the marker goes, so a command that starts
+    // when the marker is gone does not meet sled's lock.
+    drop(state);
     drop(marker);
     served?;
     Ok(())
