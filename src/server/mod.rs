@@ -175,6 +175,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         .route("/.well-known/did.json", get(did_json))
         .route("/.well-known/atproto-did", get(atproto_did))
         .route("/xrpc/_health", get(health))
+        .route("/{did}", get(plc_style_did))
         .fallback(not_found)
         .with_state(state.clone());
 
@@ -224,6 +225,23 @@ async fn shutdown_signal() {
 
 async fn did_json(State(state): State<Arc<AppState>>) -> Response {
     axum::Json(state.did_doc.clone()).into_response()
+}
+
+/// `GET /{did}`: the DID document of this server's account, in the place a
+/// PLC directory serves documents. A client that only knows how to ask a
+/// PLC directory (`gelstore sync --plc URL` today) can be pointed here.
+/// TODO(issue 8): did:plc itself (registering the account with a PLC
+/// directory) is not done.
+async fn plc_style_did(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(did): axum::extract::Path<String>,
+) -> Response {
+    // The path arrives percent-decoded: `did:web:localhost%3A2583` is
+    // `did:web:localhost:2583` here.
+    if did == state.did || did == state.did.replace("%3A", ":") {
+        return did_json(State(state)).await;
+    }
+    not_found().await
 }
 
 async fn atproto_did(State(state): State<Arc<AppState>>) -> Response {
