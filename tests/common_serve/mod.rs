@@ -1,7 +1,7 @@
 //! `gelstore serve` as a test peer: the real binary on a free loopback port
 //! with a temporary data folder, killed on drop. Its fields have the names
-//! of `common_pds::Pds`'s (`service`, `did`, `handle`, `password`), so a
-//! suite written against one peer runs against the other.
+//! of `common_pds::Pds`'s (`service`, `plc`, `did`, `handle`, `password`),
+//! so a suite written against one peer runs against the other.
 //!
 //! Also: `clients()`, the npm client harness in `tests/clients` (pinned
 //! `@atproto/api`, `@atproto/repo`, `@atproto/sync`; `npm ci` on first use),
@@ -32,6 +32,9 @@ pub struct Serve {
     pub handle: String,
     /// The password.
     pub password: String,
+    /// Where the account's DID document is served PLC-style (`GET
+    /// {plc}/{did}`): the server itself (`gelstore sync --plc` takes it).
+    pub plc: String,
 }
 
 /// The password tests start servers with.
@@ -85,6 +88,7 @@ impl Serve {
                 .to_owned()
         };
         Serve {
+            plc: field("service"),
             service: field("service"),
             did: field("did"),
             handle: field("handle"),
