@@ -417,3 +417,41 @@ fn a_restarted_server_keeps_its_did_account_and_records() {
     let peer = Peer { serve, token };
     assert_eq!(peer.notes(), ["kept"]);
 }
+
+#[test]
+fn concurrent_writers_each_land_exactly_once() {
+    let serve = Serve::start();
+    let token = serve.access_token();
+    let (addr, did) = (serve.addr(), serve.did.clone());
+    let threads: Vec<_> = (0..4)
+        .map(|w| {
+            let (addr, did, token) = (addr.clone(), did.clone(), token.clone());
+            std::thread::spawn(move || {
+                for i in 0..10 {
+                    let body = json!({"repo": did, "collection": NOTE, "rkey": format!("w{w}-{i}"),
+                                      "record": {"$type": NOTE, "text": "x"}});
+                    let r = http(
+                        &addr,
+                        "POST",
+                        "/xrpc/com.atproto.repo.createRecord",
+                        &[
+                            ("content-type", "application/json"),
+                            ("authorization", &format!("Bearer {token}")),
+                        ],
+                        body.to_string().as_bytes(),
+                    );
+                    assert_eq!(r.status, 200, "{}", r.text());
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let peer = Peer { serve, token };
+    let mut expected: Vec<String> = (0..4)
+        .flat_map(|w| (0..10).map(move |i| format!("w{w}-{i}")))
+        .collect();
+    expected.sort();
+    assert_eq!(peer.notes(), expected);
+}

@@ -199,6 +199,21 @@ mod tests {
         tampered.insert(tampered.len() - 5, 'A');
         assert!(keys.verify(&tampered, ACCESS_SCOPE).is_err());
         assert!(keys.verify("a.b", ACCESS_SCOPE).is_err());
+        let expired = Claims {
+            scope: ACCESS_SCOPE.into(),
+            sub: "did:web:localhost%3A1".into(),
+            aud: "did:web:localhost%3A1".into(),
+            iat: 1,
+            exp: 2,
+            jti: None,
+        };
+        let expired = keys.sign("at+jwt", &expired);
+        assert_eq!(
+            keys.verify(&expired, ACCESS_SCOPE).unwrap_err().error,
+            "ExpiredToken"
+        );
+        let other_aud = TokenKeys::new(b"secret".to_vec(), "did:web:elsewhere".into());
+        assert!(other_aud.verify(&access, ACCESS_SCOPE).is_err());
         assert!(keys.verify("", ACCESS_SCOPE).is_err());
     }
 }
