@@ -225,7 +225,10 @@ pub fn random_token(n: usize) -> Result<String, AccountError> {
 /// Writes `bytes` to `path` with mode 0600 through a temporary file, fsync
 /// and rename: a crash leaves the old file or the new one.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp: PathBuf = path.with_extension(format!("{}.tmp", std::process::id()));
+    // Unique per call: two requests may write the same blob at once.
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp: PathBuf = path.with_extension(format!("{}.{n}.tmp", std::process::id()));
     let mut options = fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
