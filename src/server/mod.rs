@@ -169,7 +169,9 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     let app = Router::new()
         .route(
             "/xrpc/com.atproto.sync.subscribeRepos",
-            get(firehose::subscribe_repos),
+            // Any method: a non-GET or non-upgrade request gets an XRPC
+            // error from the handler rather than a bare 405.
+            any(firehose::subscribe_repos),
         )
         .route("/xrpc/{nsid}", any(xrpc::handle))
         .route("/.well-known/did.json", get(did_json))
