@@ -6,13 +6,16 @@
 //! repository that fails verification, another account than the one this
 //! store is linked to); 2 usage or environment (PDS unreachable, local I/O,
 //! no repository). A failed sync leaves the local store as it was.
+//!
+//! On a terminal, a progress bar on stderr follows long pushes (records)
+//! and the repository download (bytes).
 
 use std::path::Path;
 
 use clap::Args;
 use serde_json::json;
 
-use super::{Format, Outcome, say};
+use super::{Format, Outcome, progress, say};
 use crate::sync::{self, DEFAULT_PLC, SyncOptions};
 
 /// The environment variable read when `--password` is not given.
@@ -52,7 +55,9 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
         password,
         plc: args.plc.clone(),
     };
-    let report = match sync::sync(data, &opts) {
+    // Bars go to stderr on a terminal only; the report on stdout is the
+    // same either way.
+    let report = match sync::sync_with_progress(data, &opts, progress::for_stderr()) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: sync: {e}");

@@ -23,6 +23,7 @@
 //! `sync status`.
 
 mod client;
+pub mod progress;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -36,6 +37,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 pub use client::Session;
+pub use progress::{NoProgress, Progress};
 
 use crate::repo::blocks::MemoryBlocks;
 use crate::repo::keys::{KeyAlgorithm, KeyError, PublicKey};
@@ -72,6 +74,17 @@ pub enum SyncError {
         identifier: String,
         /// The PDS.
         service: String,
+    },
+    /// The access token expired and refreshSession refused the refresh
+    /// token too: log in again.
+    #[error("the session with {service} expired ({cause}) and could not be refreshed: {refresh}")]
+    SessionExpired {
+        /// The PDS.
+        service: String,
+        /// The refused call.
+        cause: String,
+        /// refreshSession's answer.
+        refresh: String,
     },
     /// An XRPC call failed.
     #[error("{method} failed (HTTP {status}) {error}: {message}")]
@@ -390,6 +403,7 @@ pub fn push(
             ops.push(Op::Delete(key.clone(), cid.clone()));
         }
     }
+    session.progress().push_started(ops.len() as u64);
     for batch in ops.chunks(MAX_BATCH) {
         let writes = batch
             .iter()
@@ -411,6 +425,7 @@ pub fn push(
                     });
                     record_done(op, remote.as_deref(), state, &mut report)?;
                 }
+                session.progress().pushed(batch.len() as u64);
             }
             // The PDS answers 500 for a create on a taken key (and for an
             // update/delete of a missing one): go one by one.
@@ -418,12 +433,14 @@ pub fn push(
                 for op in batch {
                     report.retried += 1;
                     push_one(session, op, state, &mut report)?;
+                    session.progress().pushed(1);
                 }
             }
             Err(e) => return Err(e),
         }
         state.save(data)?;
     }
+    session.progress().push_finished();
     Ok(report)
 }
 
@@ -603,9 +620,18 @@ pub struct SyncOptions {
 /// Logs in, pushes, pulls and verifies. The store in `data` is only read;
 /// the marker file records what the PDS acknowledged.
 pub fn sync(data: &Path, opts: &SyncOptions) -> Result<SyncReport, SyncError> {
+    sync_with_progress(data, opts, std::sync::Arc::new(NoProgress))
+}
+
+/// [`sync`], reporting the push and the download to `progress`.
+pub fn sync_with_progress(
+    data: &Path,
+    opts: &SyncOptions,
+    progress: std::sync::Arc<dyn Progress>,
+) -> Result<SyncReport, SyncError> {
     let repo = Repository::open(data)?;
     let mut state = SyncState::load(data)?;
-    let session = Session::login(&opts.service, &opts.identifier, &opts.password)?;
+    let session = Session::login_with(&opts.service, &opts.identifier, &opts.password, progress)?;
     if let Some(linked) = &state.did
         && linked != session.did()
     {
