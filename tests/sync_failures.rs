@@ -427,3 +427,43 @@ fn a_tampered_repository_car_is_refused() {
     assert_eq!(report["pull"]["data_matches"], true, "{report}");
     assert_eq!(remote_records(&pds), local_before);
 }
+
+#[test]
+fn the_progress_bar_shows_on_a_terminal_only() {
+    let pds = Pds::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    device_with_chat(d);
+    add_chats(d, 250);
+    let total = local_records(d).len();
+
+    // Through a pseudo-terminal (python3's pty module): the bar is drawn on
+    // stderr, and the JSON report still comes out whole.
+    let data = d.to_str().unwrap();
+    let mut args = vec!["--data", data];
+    args.extend(sync_args(&pds, &pds.service, &pds.password));
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import os, pty, sys; sys.exit(os.waitstatus_to_exitcode(pty.spawn(sys.argv[1:])))",
+            env!("CARGO_BIN_EXE_gelstore"),
+        ])
+        .args(&args)
+        .env_remove("GELSTORE_PASSWORD")
+        .stdin(Stdio::null())
+        .output()
+        .expect("python3 runs gelstore in a pty");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{screen}");
+    assert!(screen.contains("pushing ["), "{screen}");
+    assert!(screen.contains(&format!("/{total} records")), "{screen}");
+    assert!(screen.contains("\"data_matches\":true"), "{screen}");
+
+    // Piped: no bar, stderr empty, stdout is the JSON report alone.
+    add_chats_after(d, 3);
+    let out = gel(d, &sync_args(&pds, &pds.service, &pds.password));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["push"]["created"], 3, "{report}");
+}
