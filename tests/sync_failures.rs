@@ -467,3 +467,38 @@ fn the_progress_bar_shows_on_a_terminal_only() {
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["push"]["created"], 3, "{report}");
 }
+
+#[test]
+fn large_records_go_in_batches_under_the_pds_body_limit() {
+    // 150 records of ~4 KiB: 600 KiB, four times the reference PDS's
+    // 150 KiB JSON body limit (a single batch of 150 would get HTTP 413).
+    let pds = Pds::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["device", "init"]);
+    {
+        let mut repo = Repository::open(d).unwrap();
+        let writes: Vec<Write> = (0..150u64)
+            .map(|i| {
+                let rkey = Tid::from_u64((1_700_000_000_000_000 + i) << 10).to_string();
+                Write::create(
+                    "chat.gel.assistant.chat",
+                    rkey,
+                    serde_json::json!({
+                        "$type": "chat.gel.assistant.chat",
+                        "createdAt": "2026-01-01T00:00:00.000Z",
+                        "pad": "x".repeat(4000),
+                    }),
+                )
+            })
+            .collect();
+        repo.apply(&writes).unwrap();
+    }
+    let report = sync::sync(d, &options(&pds, &pds.service)).unwrap();
+    let local = local_records(d);
+    assert_eq!(report.push.created, local.len());
+    assert!(report.push.batches >= 5, "{report:?}");
+    assert_eq!(report.push.retried, 0);
+    assert!(report.pull.data_matches);
+    assert_eq!(remote_records(&pds), local);
+}

@@ -22,6 +22,7 @@
 //! the store), pulling other devices' records into the local store, and
 //! `sync status`.
 
+mod batch;
 mod client;
 pub mod progress;
 
@@ -48,8 +49,11 @@ use crate::repo::verify::{SignatureCheck, VerifyError, VerifyOptions, verify_rep
 /// The collections sync pushes.
 pub const COLLECTION_PREFIX: &str = "chat.gel.assistant.";
 
-/// Most writes in one `applyWrites` call (the PDS's limit).
+/// Most writes in one `applyWrites` call (the PDS's limit; the body size
+/// is bounded too, see [`batch::MAX_BATCH_BYTES`]).
 pub const MAX_BATCH: usize = 200;
+
+pub use batch::MAX_BATCH_BYTES;
 
 /// The pushed-marker file in the data folder.
 pub const STATE_FILE: &str = "sync.json";
@@ -332,6 +336,15 @@ fn unknown(key: &str, value: &Value) -> Result<atrium_api::types::Unknown, SyncE
 }
 
 impl Op<'_> {
+    /// About how many bytes of the `applyWrites` body this write takes.
+    fn json_size(&self) -> usize {
+        let value = match self {
+            Op::Create(r) | Op::Update(r, _) => serde_json::to_vec(&r.value).map_or(0, |v| v.len()),
+            Op::Delete(..) => 0,
+        };
+        value + self.key().len() + 100
+    }
+
     fn key(&self) -> &str {
         match self {
             Op::Create(r) | Op::Update(r, _) => &r.key,
@@ -404,7 +417,7 @@ pub fn push(
         }
     }
     session.progress().push_started(ops.len() as u64);
-    for batch in ops.chunks(MAX_BATCH) {
+    for batch in batch::split(&ops, Op::json_size) {
         let writes = batch
             .iter()
             .map(Op::to_write)
