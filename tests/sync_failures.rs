@@ -265,11 +265,12 @@ fn an_expired_session_is_refreshed_once_and_the_call_repeated() {
     device_with_chat(d);
     add_chats(d, 250);
 
-    // The first applyWrites and then getRepo are refused as expired: each
-    // time the session is refreshed (the second refresh needs the refresh
-    // token the first one returned) and the call made again.
+    // The first applyWrites (400 ExpiredToken, as the reference PDS says
+    // it) and then getRepo (401, as other servers say it) are refused as
+    // expired: each time the session is refreshed (the second refresh needs
+    // the refresh token the first one returned) and the call made again.
     proxy.expire_next("com.atproto.repo.applyWrites");
-    proxy.expire_next("com.atproto.sync.getRepo");
+    proxy.expire_next_with("com.atproto.sync.getRepo", 401);
     let recorder = Arc::new(Recorder::default());
     let report = sync::sync_with_progress(d, &options(&pds, &proxy.url), recorder.clone()).unwrap();
     assert_eq!(proxy.expired("com.atproto.repo.applyWrites"), 1);
