@@ -300,6 +300,15 @@ impl Session {
         }
     }
 
+    /// Passes a write call's result on, telling the progress hooks about
+    /// its `writes` when the PDS acknowledged them.
+    fn acknowledged<T>(&self, writes: usize, result: Result<T, SyncError>) -> Result<T, SyncError> {
+        if result.is_ok() {
+            self.progress.pushed(writes as u64);
+        }
+        result
+    }
+
     /// `com.atproto.server.refreshSession`: new access and refresh tokens.
     /// `cause` is the error that made the refresh necessary.
     fn refresh(&self, cause: &SyncError) -> Result<(), SyncError> {
@@ -345,7 +354,7 @@ impl Session {
             validate: None,
             writes,
         };
-        self.authed(|| {
+        let result = self.authed(|| {
             self.rt
                 .block_on(
                     self.api
@@ -357,7 +366,8 @@ impl Session {
                 )
                 .map(|o| o.data)
                 .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.applyWrites", e))
-        })
+        });
+        self.acknowledged(input.writes.len(), result)
     }
 
     /// `com.atproto.repo.putRecord` replacing the record whose CID is
@@ -379,7 +389,7 @@ impl Session {
             swap_record: Some(atrium_api::types::string::Cid::new(swap)),
             validate: None,
         };
-        self.authed(|| {
+        let result = self.authed(|| {
             self.rt
                 .block_on(
                     self.api
@@ -391,7 +401,8 @@ impl Session {
                 )
                 .map(|o| o.data.cid.as_ref().to_string())
                 .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.putRecord", e))
-        })
+        });
+        self.acknowledged(1, result)
     }
 
     /// `com.atproto.repo.deleteRecord` of the record whose CID is `swap`.
@@ -408,7 +419,7 @@ impl Session {
             swap_commit: None,
             swap_record: Some(atrium_api::types::string::Cid::new(swap)),
         };
-        self.authed(|| {
+        let result = self.authed(|| {
             self.rt
                 .block_on(
                     self.api
@@ -420,7 +431,8 @@ impl Session {
                 )
                 .map(|_| ())
                 .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.deleteRecord", e))
-        })
+        });
+        self.acknowledged(1, result)
     }
 
     /// `com.atproto.repo.putRecord` with `"swapRecord": null`: create the
@@ -442,7 +454,8 @@ impl Session {
             "record": record,
             "swapRecord": null,
         });
-        self.authed(|| self.post_json(METHOD, &body))
+        let result = self.authed(|| self.post_json(METHOD, &body));
+        self.acknowledged(1, result)
     }
 
     /// POSTs `body` to XRPC `method` with the access token; returns the

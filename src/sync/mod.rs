@@ -416,6 +416,7 @@ pub fn push(
             ops.push(Op::Delete(key.clone(), cid.clone()));
         }
     }
+    // The session reports each acknowledged write to the same hooks.
     session.progress().push_started(ops.len() as u64);
     for batch in batch::split(&ops, Op::json_size) {
         let writes = batch
@@ -438,7 +439,6 @@ pub fn push(
                     });
                     record_done(op, remote.as_deref(), state, &mut report)?;
                 }
-                session.progress().pushed(batch.len() as u64);
             }
             // The PDS answers 500 for a create on a taken key (and for an
             // update/delete of a missing one): go one by one.
@@ -446,14 +446,12 @@ pub fn push(
                 for op in batch {
                     report.retried += 1;
                     push_one(session, op, state, &mut report)?;
-                    session.progress().pushed(1);
                 }
             }
             Err(e) => return Err(e),
         }
         state.save(data)?;
     }
-    session.progress().push_finished();
     Ok(report)
 }
 
