@@ -23,8 +23,9 @@
 //! `sync status`.
 
 mod batch;
-mod client;
 pub mod progress;
+
+mod client;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -37,8 +38,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use thiserror::Error;
 
-pub use client::Session;
 pub use progress::{NoProgress, Progress};
+
+pub use client::Session;
 
 use crate::repo::blocks::MemoryBlocks;
 use crate::repo::keys::{KeyAlgorithm, KeyError, PublicKey};
