@@ -379,6 +379,9 @@ fn a_sync_killed_mid_push_is_finished_by_the_next_run() {
     assert_eq!(marker(d).len(), sync::MAX_BATCH);
     assert_eq!(remote_records(&pds).len(), 2 * sync::MAX_BATCH);
     proxy.release();
+    // The session expires during the rerun's record-by-record retry too
+    // (putRecord is posted as plain JSON, outside atrium's client).
+    proxy.expire_next("com.atproto.repo.putRecord");
 
     // Rerun: the committed-but-unacknowledged batch is not sent as new
     // creates again (a push retries it record by record as create-if-absent
@@ -400,6 +403,10 @@ fn a_sync_killed_mid_push_is_finished_by_the_next_run() {
     assert_eq!(remote_records(&pds), local);
     assert_eq!(marker(d), local);
     assert_eq!(local_records(d), local);
+    if proxy.seen("com.atproto.repo.putRecord") > 0 {
+        assert_eq!(proxy.expired("com.atproto.repo.putRecord"), 1);
+        assert_eq!(proxy.seen("com.atproto.server.refreshSession"), 1);
+    }
 }
 
 #[test]

@@ -22,6 +22,7 @@
 //! the store), pulling other devices' records into the local store, and
 //! `sync status`.
 
+mod auth;
 mod batch;
 pub mod progress;
 
