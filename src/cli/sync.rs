@@ -6,9 +6,6 @@
 //! repository that fails verification, another account than the one this
 //! store is linked to); 2 usage or environment (PDS unreachable, local I/O,
 //! no repository). A failed sync leaves the local store as it was.
-//!
-//! On a terminal, a progress bar on stderr follows long pushes (records)
-//! and the repository download (bytes).
 
 use std::path::Path;
 
@@ -55,8 +52,9 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
         password,
         plc: args.plc.clone(),
     };
-    // Bars go to stderr on a terminal only; the report on stdout is the
-    // same either way.
+    // A progress bar for long pushes (records) and downloads (bytes) goes
+    // to stderr on a terminal only; the report on stdout is the same
+    // either way.
     let report = match sync::sync_with_progress(data, &opts, progress::for_stderr()) {
         Ok(r) => r,
         Err(e) => {
