@@ -13,11 +13,14 @@ use super::build::{CommitEventParts, commit_frame};
 use crate::repo::repository::RepoError;
 use crate::store::{Batch, Engine, Table};
 
-/// How many events a repository keeps by default. `cargo bench --bench
-/// events` measures frames of about 4 KB for single-record commits of
-/// sealed chat messages (the record, new MST nodes and the covering
-/// proofs), so this window is about 20 MB of frames.
-pub const DEFAULT_RETENTION: u64 = 5_000;
+/// How many events a repository keeps by default. Frames are about 3–4 KB
+/// for one-record commits of sealed chat messages (the record, new MST
+/// nodes and the covering proofs; `cargo bench --bench events`), and sled
+/// takes about 3 times that on disk: `tests/repo_gc.rs` measures ~50 MB for
+/// a 5,000-event window against 2.6 MB for the repository itself, hence a
+/// window of 1,000 commits (~10 MB). A consumer further behind than that
+/// gets `OutdatedCursor` and resyncs with `getRepo`.
+pub const DEFAULT_RETENTION: u64 = 1_000;
 
 pub(crate) const META_EVENT_SEQ: &[u8] = b"event_seq";
 
