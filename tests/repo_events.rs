@@ -694,3 +694,28 @@ fn fuzz_seeds() {
     }
     assert!(seen >= 7, "{seen} seeds");
 }
+
+#[test]
+fn check_finds_an_event_log_that_does_not_match_the_commits() {
+    let mut repo = new_repo();
+    scripted_writes(&mut repo);
+    repo.check().unwrap();
+    let events = all_events(&repo);
+    // The newest event replaced by an older one's frame: it no longer
+    // belongs to the head commit.
+    let mut batch = gelstore::store::Batch::new();
+    batch.put(
+        gelstore::store::Table::Events,
+        9u64.to_be_bytes(),
+        [&[24u8][..], events[3].time.as_bytes(), &events[3].frame].concat(),
+    );
+    repo.engine().write(batch).unwrap();
+    let err = repo.check().unwrap_err();
+    assert!(err.to_string().contains("not the head commit"), "{err}");
+    // A missing middle event is a gap.
+    let mut batch = gelstore::store::Batch::new();
+    batch.delete(gelstore::store::Table::Events, 5u64.to_be_bytes());
+    repo.engine().write(batch).unwrap();
+    let err = repo.check().unwrap_err();
+    assert!(err.to_string().contains("gap"), "{err}");
+}
