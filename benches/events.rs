@@ -9,17 +9,20 @@
 //!    verifying every event inductively (what a consumer does).
 //!
 //! Run: `cargo bench --bench events`. `GELSTORE_BENCH_COMMITS` sets the
-//! number of single-record commits (default 3,000). The "without events"
+//! number of single-record commits (default 3,000);
+//! `GELSTORE_BENCH_MEMORY=1` runs on the memory engine (no fsync). The "without events"
 //! side by side in ARCHITECTURE.md is phase 1 run on the commit before the
 //! event stream (same code, same machine, same run of the build).
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use base64::Engine as _;
 use gelstore::repo::events::{Frame, decode_frame, verify_commit};
-use gelstore::repo::keys::PublicKey;
+use gelstore::repo::keys::{KeyAlgorithm, PublicKey, SigningKey};
 use gelstore::repo::repository::{Repository, Write};
 use gelstore::repo::tid::Tid;
+use gelstore::store::MemoryEngine;
 use serde_json::{Value, json};
 
 const COLL: &str = "chat.gel.assistant.message";
@@ -31,12 +34,25 @@ fn main() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(3_000);
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut repo = Repository::init(dir.path().join("a")).expect("init");
+    // GELSTORE_BENCH_MEMORY=1: the memory engine, no fsync, so the CPU cost
+    // of a commit (and of its event) is not hidden by the disk's.
+    let memory = std::env::var("GELSTORE_BENCH_MEMORY").is_ok_and(|v| v == "1");
+    let mut repo = if memory {
+        let key = SigningKey::from_bytes(KeyAlgorithm::K256, &[7; 32]).expect("key");
+        Repository::init_engine(Arc::new(MemoryEngine::new()), key).expect("init")
+    } else {
+        Repository::init(dir.path().join("a")).expect("init")
+    };
     let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
     let base = Tid::parse("3lbqzdw5pzk22").unwrap().as_u64();
     let rkey = |i: usize| format!("{}.r0", Tid::from_u64(base + (i as u64) * 1024));
     println!(
-        "events bench: sled, fsync per commit, retention {}",
+        "events bench: {}, retention {}",
+        if memory {
+            "memory engine"
+        } else {
+            "sled, fsync per commit"
+        },
         repo.event_retention()
     );
 

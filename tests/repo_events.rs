@@ -694,3 +694,61 @@ fn fuzz_seeds() {
     }
     assert!(seen >= 7, "{seen} seeds");
 }
+
+#[test]
+fn check_finds_an_event_log_that_does_not_match_the_commits() {
+    let mut repo = new_repo();
+    scripted_writes(&mut repo);
+    repo.check().unwrap();
+    let events = all_events(&repo);
+    // The newest event replaced by an older one's frame: it no longer
+    // belongs to the head commit.
+    let mut batch = gelstore::store::Batch::new();
+    batch.put(
+        gelstore::store::Table::Events,
+        9u64.to_be_bytes(),
+        [&[24u8][..], events[3].time.as_bytes(), &events[3].frame].concat(),
+    );
+    repo.engine().write(batch).unwrap();
+    let err = repo.check().unwrap_err();
+    assert!(err.to_string().contains("not the head commit"), "{err}");
+    // A missing middle event is a gap.
+    let mut batch = gelstore::store::Batch::new();
+    batch.delete(gelstore::store::Table::Events, 5u64.to_be_bytes());
+    repo.engine().write(batch).unwrap();
+    let err = repo.check().unwrap_err();
+    assert!(err.to_string().contains("gap"), "{err}");
+}
+
+#[test]
+fn a_commit_over_the_op_limit_is_sent_too_big() {
+    use gelstore::repo::events::MAX_OPS;
+    let mut repo = new_repo();
+    let batch: Vec<Write> = (0..=MAX_OPS)
+        .map(|i| Write::create(THING, format!("k{i:04}"), thing(i as i64)))
+        .collect();
+    let big = repo.apply(&batch).unwrap();
+    assert_eq!(big.ops.len(), MAX_OPS + 1);
+    repo.apply(&[Write::create(THING, "after", thing(1))])
+        .unwrap();
+    let events = all_events(&repo);
+    let e = commit_of(&events[1]);
+    assert!(e.too_big);
+    assert!(e.ops.is_empty(), "a tooBig event carries no ops");
+    let car = Car::from_slice(&e.blocks).unwrap();
+    assert_eq!(car.roots, [big.head.commit]);
+    assert_eq!(car.blocks.len(), 1, "only the commit block");
+    let key = public(&repo);
+    assert!(matches!(
+        verify_commit(&e, e.prev_data, &key),
+        Err(VerifyEventError::TooBig)
+    ));
+    // The lexicon still accepts it.
+    let (_, body) = split_frame(&events[1].frame);
+    let msg = SubscribeReposMessage::from_frame("#commit", body).unwrap();
+    assert!(msg.validate().is_ok());
+    // A consumer that fetched the repository after it goes on from its root.
+    let next = commit_of(&events[2]);
+    assert_eq!(next.prev_data, Some(big.head.data));
+    verify_commit(&next, Some(big.head.data), &key).unwrap();
+}

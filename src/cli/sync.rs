@@ -12,7 +12,7 @@ use std::path::Path;
 use clap::Args;
 use serde_json::json;
 
-use super::{Format, Outcome, say};
+use super::{Format, Outcome, progress, say};
 use crate::sync::{self, DEFAULT_PLC, SyncOptions};
 
 /// The environment variable read when `--password` is not given.
@@ -52,7 +52,10 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
         password,
         plc: args.plc.clone(),
     };
-    let report = match sync::sync(data, &opts) {
+    // A progress bar for long pushes (records) and downloads (bytes) goes
+    // to stderr on a terminal only; the report on stdout is the same
+    // either way.
+    let report = match sync::sync_with_progress(data, &opts, progress::for_stderr()) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("error: sync: {e}");

@@ -1,8 +1,11 @@
 //! The XRPC client: `atrium-api`'s `AtpServiceClient` over
 //! `atrium-xrpc-client`'s reqwest client (rustls), with the session's access
 //! token, driven by a current-thread tokio runtime so callers stay blocking.
+//!
+//! Every request goes through [`Auth::send`] (`auth.rs`), which refreshes
+//! an expired session once and repeats the request.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use atrium_api::client::AtpServiceClient;
@@ -15,20 +18,67 @@ use atrium_xrpc_client::reqwest::{ReqwestClient, ReqwestClientBuilder};
 use serde_json::Value;
 
 use super::SyncError;
+use super::auth::{Auth, BoxError, RefreshRefused, Tokens};
+use super::progress::{NoProgress, Progress};
 
-/// The reqwest client plus the bearer token of the session, once logged in.
+/// The reqwest client plus the bearer tokens of the session, once logged in.
 pub(crate) struct AuthClient {
     inner: ReqwestClient,
+    http: reqwest::Client,
     base: String,
-    token: Arc<RwLock<Option<String>>>,
+    auth: Arc<Auth>,
+    progress: Arc<dyn Progress>,
 }
 
+/// The one download big enough to show progress for.
+const GET_REPO_PATH: &str = "/xrpc/com.atproto.sync.getRepo";
+
 impl HttpClient for AuthClient {
-    async fn send_http(
+    async fn send_http(&self, request: Request<Vec<u8>>) -> Result<Response<Vec<u8>>, BoxError> {
+        self.auth
+            .send(request, |request| async {
+                if request.uri().path() == GET_REPO_PATH {
+                    self.send_counting(request).await
+                } else {
+                    self.inner.send_http(request).await
+                }
+            })
+            .await
+    }
+}
+
+impl AuthClient {
+    /// Like `ReqwestClient::send_http`, but reads the body chunk by chunk
+    /// and reports each chunk's size to the progress hooks.
+    async fn send_counting(
         &self,
         request: Request<Vec<u8>>,
-    ) -> Result<Response<Vec<u8>>, Box<dyn std::error::Error + Send + Sync + 'static>> {
-        self.inner.send_http(request).await
+    ) -> Result<Response<Vec<u8>>, BoxError> {
+        let mut response = self.http.execute(request.try_into()?).await?;
+        let mut builder = Response::builder().status(response.status());
+        for (k, v) in response.headers() {
+            builder = builder.header(k, v);
+        }
+        let success = response.status().is_success();
+        if success {
+            self.progress.pull_started(response.content_length());
+        }
+        let mut body = Vec::new();
+        let read = async {
+            while let Some(chunk) = response.chunk().await? {
+                if success {
+                    self.progress.pulled(chunk.len() as u64);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok::<_, reqwest::Error>(())
+        }
+        .await;
+        if success {
+            self.progress.pull_finished();
+        }
+        read?;
+        builder.body(body).map_err(Into::into)
     }
 }
 
@@ -37,9 +87,14 @@ impl XrpcClient for AuthClient {
         self.base.clone()
     }
 
-    async fn authorization_token(&self, _is_refresh: bool) -> Option<AuthorizationToken> {
-        let token = self.token.read().unwrap_or_else(|e| e.into_inner());
-        token.clone().map(AuthorizationToken::Bearer)
+    /// The access token, or the refresh token for refreshSession.
+    async fn authorization_token(&self, is_refresh: bool) -> Option<AuthorizationToken> {
+        let token = if is_refresh {
+            self.auth.refresh_token()
+        } else {
+            self.auth.access()
+        };
+        token.map(AuthorizationToken::Bearer)
     }
 }
 
@@ -48,7 +103,10 @@ pub struct Session {
     rt: tokio::runtime::Runtime,
     api: AtpServiceClient<AuthClient>,
     http: reqwest::Client,
-    token: Arc<RwLock<Option<String>>>,
+    /// `http` as atrium's `HttpClient`, for the one call posted as JSON.
+    plain: ReqwestClient,
+    auth: Arc<Auth>,
+    progress: Arc<dyn Progress>,
     service: String,
     did: String,
     handle: String,
@@ -76,7 +134,14 @@ fn xrpc_error<E: std::fmt::Debug + std::fmt::Display>(
         Error::XrpcResponse(r) => {
             let (error, message) = match r.error {
                 Some(XrpcErrorKind::Undefined(body)) => (body.error, body.message),
-                Some(XrpcErrorKind::Custom(c)) => (Some(c.to_string()), None),
+                // atrium shows a declared error as `Name: message`.
+                Some(XrpcErrorKind::Custom(c)) => {
+                    let text = c.to_string();
+                    match text.split_once(": ") {
+                        Some((name, msg)) => (Some(name.to_owned()), Some(msg.to_owned())),
+                        None => (Some(text), None),
+                    }
+                }
                 None => (None, None),
             };
             SyncError::Xrpc {
@@ -86,15 +151,31 @@ fn xrpc_error<E: std::fmt::Debug + std::fmt::Display>(
                 message: message.unwrap_or_default(),
             }
         }
-        Error::HttpClient(e) => SyncError::Unreachable {
-            url: service.to_owned(),
-            reason: error_chain(&*e),
-        },
+        Error::HttpClient(e) => transport_error(service, &*e),
         other => SyncError::Xrpc {
             method,
             status: 0,
             error: "BadResponse".into(),
             message: other.to_string(),
+        },
+    }
+}
+
+/// An error of the HTTP layer: a refused session refresh, or the PDS
+/// could not be reached.
+fn transport_error(
+    service: &str,
+    e: &(dyn std::error::Error + Send + Sync + 'static),
+) -> SyncError {
+    match e.downcast_ref::<RefreshRefused>() {
+        Some(r) => SyncError::SessionExpired {
+            service: service.to_owned(),
+            cause: r.cause.clone(),
+            refresh: r.answer.clone(),
+        },
+        None => SyncError::Unreachable {
+            url: service.to_owned(),
+            reason: error_chain(e),
         },
     }
 }
@@ -126,6 +207,17 @@ impl Session {
     /// Logs in (`com.atproto.server.createSession`) with a handle or DID and
     /// a password.
     pub fn login(service: &str, identifier: &str, password: &str) -> Result<Session, SyncError> {
+        Session::login_with(service, identifier, password, Arc::new(NoProgress))
+    }
+
+    /// [`Session::login`], reporting the push and the download to
+    /// `progress`.
+    pub fn login_with(
+        service: &str,
+        identifier: &str,
+        password: &str,
+        progress: Arc<dyn Progress>,
+    ) -> Result<Session, SyncError> {
         let service = service.trim_end_matches('/').to_owned();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -138,11 +230,13 @@ impl Session {
         let inner = ReqwestClientBuilder::new(&service)
             .client(http.clone())
             .build();
-        let token = Arc::new(RwLock::new(None));
+        let auth = Arc::new(Auth::new(http.clone(), &service));
         let api = AtpServiceClient::new(AuthClient {
-            inner,
+            inner: inner.clone(),
+            http: http.clone(),
             base: service.clone(),
-            token: token.clone(),
+            auth: auth.clone(),
+            progress: progress.clone(),
         });
         let input = server::create_session::InputData {
             allow_takendown: None,
@@ -161,11 +255,16 @@ impl Session {
                     other => other,
                 },
             )?;
-        *token.write().unwrap_or_else(|e| e.into_inner()) = Some(out.data.access_jwt.clone());
+        auth.set(Tokens {
+            access: out.data.access_jwt.clone(),
+            refresh: out.data.refresh_jwt.clone(),
+        });
         Ok(Session {
             rt,
             http,
-            token,
+            plain: inner,
+            auth,
+            progress,
             did: out.data.did.as_str().to_owned(),
             handle: out.data.handle.as_str().to_owned(),
             api,
@@ -188,6 +287,20 @@ impl Session {
         &self.service
     }
 
+    /// Where this session reports progress.
+    pub fn progress(&self) -> &dyn Progress {
+        &*self.progress
+    }
+
+    /// Passes a write call's result on, telling the progress hooks about
+    /// its `writes` when the PDS acknowledged them.
+    fn acknowledged<T>(&self, writes: usize, result: Result<T, SyncError>) -> Result<T, SyncError> {
+        if result.is_ok() {
+            self.progress.pushed(writes as u64);
+        }
+        result
+    }
+
     fn repo_id(&self) -> Result<AtIdentifier, SyncError> {
         Did::new(self.did.clone())
             .map(AtIdentifier::Did)
@@ -204,16 +317,19 @@ impl Session {
         &self,
         writes: Vec<repo::apply_writes::InputWritesItem>,
     ) -> Result<repo::apply_writes::OutputData, SyncError> {
+        let count = writes.len();
         let input = repo::apply_writes::InputData {
             repo: self.repo_id()?,
             swap_commit: None,
             validate: None,
             writes,
         };
-        self.rt
+        let result = self
+            .rt
             .block_on(self.api.service.com.atproto.repo.apply_writes(input.into()))
             .map(|o| o.data)
-            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.applyWrites", e))
+            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.applyWrites", e));
+        self.acknowledged(count, result)
     }
 
     /// `com.atproto.repo.putRecord` replacing the record whose CID is
@@ -235,10 +351,12 @@ impl Session {
             swap_record: Some(atrium_api::types::string::Cid::new(swap)),
             validate: None,
         };
-        self.rt
+        let result = self
+            .rt
             .block_on(self.api.service.com.atproto.repo.put_record(input.into()))
             .map(|o| o.data.cid.as_ref().to_string())
-            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.putRecord", e))
+            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.putRecord", e));
+        self.acknowledged(1, result)
     }
 
     /// `com.atproto.repo.deleteRecord` of the record whose CID is `swap`.
@@ -255,7 +373,8 @@ impl Session {
             swap_commit: None,
             swap_record: Some(atrium_api::types::string::Cid::new(swap)),
         };
-        self.rt
+        let result = self
+            .rt
             .block_on(
                 self.api
                     .service
@@ -265,7 +384,8 @@ impl Session {
                     .delete_record(input.into()),
             )
             .map(|_| ())
-            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.deleteRecord", e))
+            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.deleteRecord", e));
+        self.acknowledged(1, result)
     }
 
     /// `com.atproto.repo.putRecord` with `"swapRecord": null`: create the
@@ -287,28 +407,43 @@ impl Session {
             "record": record,
             "swapRecord": null,
         });
-        let token = self.token.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let url = format!("{}/xrpc/{METHOD}", self.service);
-        let (status, text) = self.rt.block_on(async {
-            let mut req = self.http.post(&url).json(&body);
-            if let Some(t) = token {
-                req = req.bearer_auth(t);
-            }
-            let resp = req.send().await.map_err(|e| SyncError::Unreachable {
-                url: self.service.clone(),
-                reason: error_chain(&e),
-            })?;
-            let status = resp.status().as_u16();
-            let text = resp.text().await.map_err(|e| SyncError::Unreachable {
-                url: self.service.clone(),
-                reason: error_chain(&e),
-            })?;
-            Ok::<_, SyncError>((status, text))
-        })?;
+        let result = self.post_json(METHOD, &body);
+        self.acknowledged(1, result)
+    }
+
+    /// POSTs `body` to XRPC `method` with the access token (through
+    /// [`Auth::send`], like every other call); returns the answer's `cid`.
+    fn post_json(&self, method: &'static str, body: &Value) -> Result<String, SyncError> {
+        let bad_request = |e: String| SyncError::Xrpc {
+            method,
+            status: 0,
+            error: "BadRequest".into(),
+            message: e,
+        };
+        let bytes = serde_json::to_vec(body).map_err(|e| bad_request(e.to_string()))?;
+        let mut request = Request::builder()
+            .method("POST")
+            .uri(format!("{}/xrpc/{method}", self.service))
+            .header("content-type", "application/json");
+        if let Some(token) = self.auth.access() {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = request
+            .body(bytes)
+            .map_err(|e| bad_request(e.to_string()))?;
+        let response = self
+            .rt
+            .block_on(
+                self.auth
+                    .send(request, |r| async { self.plain.send_http(r).await }),
+            )
+            .map_err(|e| transport_error(&self.service, &*e))?;
+        let status = response.status().as_u16();
+        let text = String::from_utf8_lossy(response.body()).into_owned();
         let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if status != 200 {
             return Err(SyncError::Xrpc {
-                method: METHOD,
+                method,
                 status,
                 error: json["error"].as_str().unwrap_or_default().to_owned(),
                 message: json["message"].as_str().unwrap_or(&text).to_owned(),
@@ -318,7 +453,7 @@ impl Session {
             .as_str()
             .map(str::to_owned)
             .ok_or_else(|| SyncError::Xrpc {
-                method: METHOD,
+                method,
                 status,
                 error: "BadResponse".into(),
                 message: format!("no cid in {text}"),

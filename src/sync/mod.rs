@@ -22,6 +22,10 @@
 //! the store), pulling other devices' records into the local store, and
 //! `sync status`.
 
+mod auth;
+mod batch;
+pub mod progress;
+
 mod client;
 
 use std::collections::BTreeMap;
@@ -35,6 +39,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use thiserror::Error;
 
+pub use progress::{NoProgress, Progress};
+
 pub use client::Session;
 
 use crate::repo::blocks::MemoryBlocks;
@@ -46,8 +52,11 @@ use crate::repo::verify::{SignatureCheck, VerifyError, VerifyOptions, verify_rep
 /// The collections sync pushes.
 pub const COLLECTION_PREFIX: &str = "chat.gel.assistant.";
 
-/// Most writes in one `applyWrites` call (the PDS's limit).
+/// Most writes in one `applyWrites` call (the PDS's limit; the body size
+/// is bounded too, see [`batch::MAX_BATCH_BYTES`]).
 pub const MAX_BATCH: usize = 200;
+
+pub use batch::MAX_BATCH_BYTES;
 
 /// The pushed-marker file in the data folder.
 pub const STATE_FILE: &str = "sync.json";
@@ -72,6 +81,17 @@ pub enum SyncError {
         identifier: String,
         /// The PDS.
         service: String,
+    },
+    /// The access token expired and refreshSession refused the refresh
+    /// token too: log in again.
+    #[error("the session with {service} expired ({cause}) and could not be refreshed: {refresh}")]
+    SessionExpired {
+        /// The PDS.
+        service: String,
+        /// The refused call.
+        cause: String,
+        /// refreshSession's answer.
+        refresh: String,
     },
     /// An XRPC call failed.
     #[error("{method} failed (HTTP {status}) {error}: {message}")]
@@ -319,6 +339,15 @@ fn unknown(key: &str, value: &Value) -> Result<atrium_api::types::Unknown, SyncE
 }
 
 impl Op<'_> {
+    /// About how many bytes of the `applyWrites` body this write takes.
+    fn json_size(&self) -> usize {
+        let value = match self {
+            Op::Create(r) | Op::Update(r, _) => serde_json::to_vec(&r.value).map_or(0, |v| v.len()),
+            Op::Delete(..) => 0,
+        };
+        value + self.key().len() + 100
+    }
+
     fn key(&self) -> &str {
         match self {
             Op::Create(r) | Op::Update(r, _) => &r.key,
@@ -390,7 +419,9 @@ pub fn push(
             ops.push(Op::Delete(key.clone(), cid.clone()));
         }
     }
-    for batch in ops.chunks(MAX_BATCH) {
+    // The session reports each acknowledged write to the same hooks.
+    session.progress().push_started(ops.len() as u64);
+    for batch in batch::split(&ops, Op::json_size) {
         let writes = batch
             .iter()
             .map(Op::to_write)
@@ -603,9 +634,18 @@ pub struct SyncOptions {
 /// Logs in, pushes, pulls and verifies. The store in `data` is only read;
 /// the marker file records what the PDS acknowledged.
 pub fn sync(data: &Path, opts: &SyncOptions) -> Result<SyncReport, SyncError> {
+    sync_with_progress(data, opts, std::sync::Arc::new(NoProgress))
+}
+
+/// [`sync`], reporting the push and the download to `progress`.
+pub fn sync_with_progress(
+    data: &Path,
+    opts: &SyncOptions,
+    progress: std::sync::Arc<dyn Progress>,
+) -> Result<SyncReport, SyncError> {
     let repo = Repository::open(data)?;
     let mut state = SyncState::load(data)?;
-    let session = Session::login(&opts.service, &opts.identifier, &opts.password)?;
+    let session = Session::login_with(&opts.service, &opts.identifier, &opts.password, progress)?;
     if let Some(linked) = &state.did
         && linked != session.did()
     {

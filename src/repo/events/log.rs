@@ -13,9 +13,14 @@ use super::build::{CommitEventParts, commit_frame};
 use crate::repo::repository::RepoError;
 use crate::store::{Batch, Engine, Table};
 
-/// How many events a repository keeps by default. At about 1–2 KB per
-/// small commit this is a few MB of log; see ARCHITECTURE.md for figures.
-pub const DEFAULT_RETENTION: u64 = 10_000;
+/// How many events a repository keeps by default. Frames are about 3–4 KB
+/// for one-record commits of sealed chat messages (the record, new MST
+/// nodes and the covering proofs; `cargo bench --bench events`), and sled
+/// takes about 3 times that on disk: `tests/repo_gc.rs` measures ~50 MB for
+/// a 5,000-event window against 2.6 MB for the repository itself, hence a
+/// window of 1,000 commits (~10 MB). A consumer further behind than that
+/// gets `OutdatedCursor` and resyncs with `getRepo`.
+pub const DEFAULT_RETENTION: u64 = 1_000;
 
 pub(crate) const META_EVENT_SEQ: &[u8] = b"event_seq";
 
@@ -29,6 +34,10 @@ pub(crate) struct EventLog {
     last: u64,
     /// How many events are kept (at least 1).
     retention: u64,
+    /// Whether the next append must look for every row out of the window
+    /// (after opening, or after the retention was lowered), rather than
+    /// delete the one row that just fell out of it.
+    sweep: bool,
 }
 
 impl EventLog {
@@ -37,6 +46,7 @@ impl EventLog {
         EventLog {
             last: 0,
             retention: DEFAULT_RETENTION,
+            sweep: false,
         }
     }
 
@@ -50,9 +60,11 @@ impl EventLog {
                     .map_err(|_| RepoError::Corrupt("the last event seq is not 8 bytes".into()))?,
             ),
         };
+        // The store may have been written with a larger retention.
         Ok(EventLog {
             last,
             retention: DEFAULT_RETENTION,
+            sweep: true,
         })
     }
 
@@ -66,7 +78,9 @@ impl EventLog {
     }
 
     pub fn set_retention(&mut self, keep: u64) {
-        self.retention = keep.max(1);
+        let keep = keep.max(1);
+        self.sweep |= keep < self.retention;
+        self.retention = keep;
     }
 
     /// Puts the commit's event, the new last seq and the pruning of events
@@ -86,15 +100,20 @@ impl EventLog {
         let event = commit_frame(seq, &time, parts)?;
         batch.put(Table::Events, seq.to_be_bytes(), encode_row(&event));
         batch.put(Table::Meta, META_EVENT_SEQ, seq.to_be_bytes());
-        // Keep seqs (seq - retention, seq]. Usually one row goes; more only
-        // after the retention was lowered.
+        // Keep seqs (seq - retention, seq]: one row falls out per append
+        // (a blind delete: no scan, whatever the engine), or after opening
+        // or lowering the retention, every row below the window.
         let keep_from = seq.saturating_sub(self.retention) + 1;
-        for row in engine.scan(Table::Events, b"") {
-            let (key, _) = row?;
-            if parse_seq(&key)? >= keep_from {
-                break;
+        if self.sweep {
+            for row in engine.scan(Table::Events, b"") {
+                let (key, _) = row?;
+                if parse_seq(&key)? >= keep_from {
+                    break;
+                }
+                batch.delete(Table::Events, key);
             }
-            batch.delete(Table::Events, key);
+        } else if keep_from > 1 {
+            batch.delete(Table::Events, (keep_from - 1).to_be_bytes());
         }
         Ok(event)
     }
@@ -103,6 +122,7 @@ impl EventLog {
     /// stored.
     pub fn committed(&mut self, seq: u64) {
         self.last = seq;
+        self.sweep = false;
     }
 }
 

@@ -64,6 +64,48 @@ impl Repository {
     pub fn set_event_retention(&mut self, keep: u64) {
         self.events.set_retention(keep);
     }
+
+    /// The event log's part of [`check`](Self::check): the kept events are
+    /// consecutive and end at the last seq handed out, and the last one is
+    /// the head commit's (so no commit lacks its event).
+    pub(super) fn check_events(&self) -> Result<(), RepoError> {
+        let bad = |what: String| Err(RepoError::Corrupt(what));
+        let last = self.events.last();
+        let mut newest = None;
+        for event in Events::new(self.engine.clone(), Some(0)) {
+            let event = event.map_err(|e| match e {
+                RepoError::EventsPruned { expected, oldest } => RepoError::Corrupt(format!(
+                    "the event log has a gap: {expected} is missing, {oldest} follows"
+                )),
+                other => other,
+            })?;
+            newest = Some(event);
+        }
+        let Some(newest) = newest else {
+            return match last {
+                None => Ok(()),
+                Some(seq) => bad(format!("event {seq} was handed out but is not kept")),
+            };
+        };
+        if Some(newest.seq) != last {
+            return bad(format!(
+                "the newest event is {}, the last seq handed out is {last:?}",
+                newest.seq
+            ));
+        }
+        match events::decode_frame(&newest.frame) {
+            Ok(events::Frame::Commit(c))
+                if c.commit == self.head.commit && c.rev == self.head.rev.to_string() =>
+            {
+                Ok(())
+            }
+            Ok(_) => bad(format!(
+                "the newest event ({}) is not the head commit's",
+                newest.seq
+            )),
+            Err(e) => bad(format!("event {} does not decode: {e}", newest.seq)),
+        }
+    }
 }
 
 /// Puts the `#commit` event of a commit into its batch. `blocks` holds the
