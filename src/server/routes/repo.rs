@@ -138,28 +138,27 @@ fn commit(
                 swap,
             } => {
                 let current = core.repo.get_cid(&collection, &rkey)?;
+                let path = format!("{collection}/{rkey}");
                 match (swap, current) {
                     (Swap::Absent, Some(found)) => {
                         return Err(XrpcError::named(
                             "InvalidSwap",
-                            format!(
-                                "record {collection}/{rkey} exists ({found}); swapRecord was null"
-                            ),
+                            format!("record {path} exists ({found}); swapRecord was null"),
                         ));
                     }
-                    (Swap::Is(_), None) | (Swap::Absent | Swap::Any, None) => match swap {
-                        Swap::Is(expected) => {
-                            return Err(XrpcError::named(
-                                "InvalidSwap",
-                                format!("record {collection}/{rkey} is absent, not {expected}"),
-                            ));
-                        }
-                        _ => Write::Create {
-                            collection,
-                            rkey,
-                            value,
-                        },
+                    (Swap::Is(expected), None) => {
+                        return Err(XrpcError::named(
+                            "InvalidSwap",
+                            format!("record {path} is absent, not {expected}"),
+                        ));
+                    }
+                    (Swap::Absent | Swap::Any, None) => Write::Create {
+                        collection,
+                        rkey,
+                        value,
                     },
+                    // The swap is checked again by `apply_with`, on the
+                    // tree as the earlier writes of the batch left it.
                     (swap, Some(_)) => Write::Update {
                         collection,
                         rkey,
