@@ -23,6 +23,11 @@ pub struct ServeArgs {
     /// account gets a random password, shown once on stderr.
     #[arg(long)]
     password: Option<String>,
+    /// A PLC directory URL: a new repository gets a did:plc registered
+    /// there (signing key = rotation key = `#atproto` key) instead of the
+    /// did:web of the listen address.
+    #[arg(long, value_name = "URL")]
+    plc: Option<String>,
     /// The largest blob upload, in bytes.
     #[arg(long, default_value_t = Limits::default().blob)]
     max_blob_bytes: usize,
@@ -36,6 +41,7 @@ pub fn run(data: &Path, args: ServeArgs) -> Outcome {
         data: data.to_path_buf(),
         listen: args.listen,
         handle: args.handle,
+        plc: args.plc,
         password: args
             .password
             .or_else(|| std::env::var(super::sync::PASSWORD_ENV).ok()),
@@ -54,7 +60,9 @@ pub fn run(data: &Path, args: ServeArgs) -> Outcome {
             }))
         })
         .map_err(|e| match e {
-            server::ServeError::Account(_) | server::ServeError::ReadOnly(_) => {
+            server::ServeError::Account(_)
+            | server::ServeError::ReadOnly(_)
+            | server::ServeError::Plc(server::PlcError::Refused { .. }) => {
                 Failure::input(e.to_string())
             }
             other => Failure::env(other.to_string()),

@@ -11,6 +11,7 @@
 //! | `auth` | HS256 session tokens (access/refresh) and the bearer header |
 //! | `account` | `account.json`: handle, salted PBKDF2 password hash, token secret |
 //! | `identity` | the did:web and its DID document |
+//! | `plc` | `--plc`: a did:plc genesis operation registered with a PLC directory |
 //! | `blobs` | uploaded blobs, one file each |
 //! | `firehose` | `subscribeRepos`: the `#commit` event log over a websocket |
 //! | `running` | `serve.json`: tells other `gelstore` commands a server holds the folder |
@@ -21,6 +22,7 @@ mod blobs;
 mod error;
 mod firehose;
 mod identity;
+mod plc;
 mod routes;
 pub mod running;
 mod state;
@@ -37,6 +39,7 @@ use axum::routing::{any, get};
 
 pub use self::account::{ACCOUNT_FILE, DEFAULT_HANDLE};
 pub use self::error::XrpcError;
+pub use self::plc::PlcError;
 pub use self::state::Limits;
 
 use self::account::{Account, PasswordNote};
@@ -62,6 +65,9 @@ pub struct ServeOptions {
     pub password: Option<String>,
     /// Request size limits.
     pub limits: Limits,
+    /// A PLC directory: a new repository gets a did:plc registered there
+    /// instead of a did:web.
+    pub plc: Option<String>,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -87,6 +93,9 @@ pub enum ServeError {
     /// The store has no signing key: it cannot accept writes.
     #[error("the repository in {0} has no signing key (an imported copy); it cannot be served")]
     ReadOnly(String),
+    /// Registering the did:plc failed.
+    #[error(transparent)]
+    Plc(#[from] plc::PlcError),
     /// Serving failed.
     #[error("server failed: {0}")]
     Io(#[from] std::io::Error),
@@ -114,6 +123,7 @@ pub fn run(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), Serv
 
 async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), ServeError> {
     let data = options.data.clone();
+    crate::repo::identity::create_private_dir(&data).map_err(|e| Box::new(RepoError::from(e)))?;
     // Refuse early and clearly if another server holds the folder.
     running::check_free(&data)?;
     let listener = tokio::net::TcpListener::bind(options.listen)
@@ -125,15 +135,35 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     let addr = listener.local_addr()?;
     let (service, web_did) = identity::service_for(addr);
 
+    let (account, note) = Account::load_or_create(
+        &data,
+        options.handle.as_deref(),
+        options.password.as_deref(),
+    )?;
+    let did = match &options.plc {
+        Some(plc) if !repository_exists(&data) => {
+            let key_data = data.clone();
+            let key = tokio::task::spawn_blocking(move || {
+                crate::repo::identity::load_or_create_key(&key_data)
+            })
+            .await
+            .map_err(std::io::Error::other)?
+            .map_err(|e| Box::new(RepoError::from(e)))?;
+            let (did, op) = plc::genesis(&key, &account.handle, &service)?;
+            plc::register(plc, &did, &op).await?;
+            did
+        }
+        _ => web_did,
+    };
     let open_data = data.clone();
-    let repo = tokio::task::spawn_blocking(move || Repository::init_as(&open_data, &web_did))
+    let repo = tokio::task::spawn_blocking(move || Repository::init_as(&open_data, &did))
         .await
         .map_err(std::io::Error::other)?
         .map_err(Box::new)?;
     if !repo.is_writable() {
         return Err(ServeError::ReadOnly(data.display().to_string()));
     }
-    if identity::service_for(addr).1 != repo.did() {
+    if !repo.did().starts_with("did:plc:") && identity::service_for(addr).1 != repo.did() {
         eprintln!(
             "note: this store's DID is {}, not the did:web of {service}; clients that resolve the DID will not find this server",
             repo.did()
@@ -142,11 +172,6 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     let key = load_key(&data)
         .map_err(|e| Box::new(RepoError::from(e)))?
         .ok_or_else(|| ServeError::ReadOnly(data.display().to_string()))?;
-    let (account, note) = Account::load_or_create(
-        &data,
-        options.handle.as_deref(),
-        options.password.as_deref(),
-    )?;
     if let PasswordNote::Generated(pw) = &note {
         eprintln!(
             "created the account {} with the password {pw} (shown once; only its hash is stored: \
@@ -202,6 +227,12 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     drop(marker);
     served?;
     Ok(())
+}
+
+/// Whether the data folder already holds a repository (its DID is then
+/// the store's, whatever the options say).
+fn repository_exists(data: &std::path::Path) -> bool {
+    crate::repo::repository::store_path(data).is_dir()
 }
 
 async fn shutdown_signal() {

@@ -1,7 +1,9 @@
 // Drives a running `gelstore serve` (or any PDS) with the standard atproto
 // npm clients, unchanged. Run by tests/serve_clients.rs:
 //
-//   SERVICE=http://localhost:PORT HANDLE=h DID=did PASSWORD=pw node drive.mjs MODE
+//   SERVICE=http://localhost:PORT HANDLE=h DID=did PASSWORD=pw [PLC=url] node drive.mjs MODE
+//
+// (PLC: the directory a did:plc resolves through; did:web needs none.)
 //
 // MODE api      @atproto/api: session (login, getSession, refresh), record
 //               calls (create/put/delete/get/list/applyWrites), swaps, blobs.
@@ -228,7 +230,7 @@ async function api() {
 }
 
 async function resolveKey() {
-  const resolver = new IdResolver({ timeout: 5000 })
+  const resolver = new IdResolver({ timeout: 5000, plcUrl: process.env.PLC })
   const key = await resolver.did.resolveAtprotoKey(DID)
   const doc = await resolver.did.resolve(DID)
   return { key, doc }
@@ -302,7 +304,7 @@ async function firehose() {
   const agent = await login()
   const writes = Number(process.env.WRITES ?? 5)
   const cursor = process.env.CURSOR ? Number(process.env.CURSOR) : undefined
-  const idResolver = new IdResolver({ timeout: 5000 })
+  const idResolver = new IdResolver({ timeout: 5000, plcUrl: process.env.PLC })
   const events = []
   const errors = []
   const raw = []

@@ -50,6 +50,17 @@ impl Serve {
         serve
     }
 
+    /// A server on a new temporary data folder whose account is a did:plc
+    /// registered with the PLC directory at `plc`.
+    pub fn start_with_plc(plc: &str) -> Serve {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let data = dir.path().join("data");
+        let mut serve = Serve::start_in(&data, &["--plc", plc]);
+        serve.dir = Some(dir);
+        serve.plc = plc.to_owned();
+        serve
+    }
+
     /// A server on `data` (created if missing), with extra arguments.
     pub fn start_in(data: &Path, extra: &[&str]) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gelstore"))
