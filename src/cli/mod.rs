@@ -7,6 +7,7 @@ mod lex;
 mod repo;
 mod report;
 mod sync;
+mod sync_status;
 
 pub use lex::sync_generated;
 

@@ -19,7 +19,25 @@ use crate::sync::{self, DEFAULT_PLC, SyncOptions};
 pub const PASSWORD_ENV: &str = "GELSTORE_PASSWORD";
 
 #[derive(Args, Debug)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct SyncArgs {
+    #[command(subcommand)]
+    pub command: Option<SyncCommand>,
+    #[command(flatten)]
+    pub login: LoginArgs,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum SyncCommand {
+    /// Compare the store with the PDS without changing either: in sync, or
+    /// how many records are to push and to pull.
+    Status(LoginArgs),
+}
+
+/// The PDS, the account and the output format (shared by `sync` and `sync
+/// status`).
+#[derive(Args, Debug)]
+pub struct LoginArgs {
     /// The PDS URL (e.g. `https://pds.example.com`).
     #[arg(long, value_name = "URL")]
     pub pds: String,
@@ -37,31 +55,44 @@ pub struct SyncArgs {
     pub format: Format,
 }
 
-pub fn run(data: &Path, args: SyncArgs) -> Outcome {
+/// The options of a login, the password from the environment if not given.
+pub(super) fn login_options(args: &LoginArgs) -> Option<SyncOptions> {
     let Some(password) = args
         .password
         .clone()
         .or_else(|| std::env::var(PASSWORD_ENV).ok())
     else {
         eprintln!("error: no password: give --password or set {PASSWORD_ENV}");
-        return Outcome::Failed;
+        return None;
     };
-    let opts = SyncOptions {
+    Some(SyncOptions {
         service: args.pds.clone(),
         identifier: args.identifier.clone(),
         password,
         plc: args.plc.clone(),
+    })
+}
+
+pub(super) fn sync_failed(e: sync::SyncError) -> Outcome {
+    eprintln!("error: sync: {e}");
+    if e.is_environment() {
+        Outcome::Failed
+    } else {
+        Outcome::Findings
+    }
+}
+
+pub fn run(data: &Path, args: SyncArgs) -> Outcome {
+    if let Some(SyncCommand::Status(login)) = args.command {
+        return super::sync_status::run(data, &login);
+    }
+    let args = args.login;
+    let Some(opts) = login_options(&args) else {
+        return Outcome::Failed;
     };
     let report = match sync::sync(data, &opts) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: sync: {e}");
-            return if e.is_environment() {
-                Outcome::Failed
-            } else {
-                Outcome::Findings
-            };
-        }
+        Err(e) => return sync_failed(e),
     };
     match args.format {
         Format::Json => say(json!(report)),
@@ -71,22 +102,31 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
                 "pushed to {} ({}): {} created, {} updated, {} deleted, {} unchanged",
                 report.service, report.did, p.created, p.updated, p.deleted, p.unchanged
             ));
+            let m = &report.merged;
+            say(format_args!(
+                "pulled: {} created, {} updated, {} deleted{}",
+                m.created,
+                m.updated,
+                m.deleted,
+                if m.conflicts > 0 {
+                    format!(
+                        "; {} conflict(s): the PDS's version kept, this device's in {}",
+                        m.conflicts,
+                        sync::merge::CONFLICTS_FILE
+                    )
+                } else {
+                    String::new()
+                }
+            ));
             let r = &report.pull;
             say(format_args!(
                 "verified the PDS repository: rev {}, {} records ({} ours), signed by {}",
                 r.rev, r.records, r.our_records, r.signing_key
             ));
-            if r.data_matches {
-                say(format_args!(
-                    "in sync: data {} matches the local root",
-                    r.data
-                ));
-            } else {
-                say(format_args!(
-                    "not in sync: the PDS's data {} differs from the local root {} (the PDS holds records this store does not)",
-                    r.data, r.expected_data
-                ));
-            }
+            say(format_args!(
+                "in sync: data {} matches the local root",
+                r.data
+            ));
         }
     }
     Outcome::Clean

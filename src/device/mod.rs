@@ -152,6 +152,8 @@ impl From<RepoError> for DeviceError {
 /// re-derived from its records.
 pub struct Device {
     repo: Repository,
+    /// The DID records are sealed for (see [`DeviceState::account_did`]).
+    did: String,
     keyring: Keyring,
     records: KeyRecords,
     report: AbsorbReport,
@@ -297,20 +299,26 @@ impl Device {
         let (Some(device), Some(account)) = (&state.device, &state.account_key_id) else {
             return Err(not_paired(&state));
         };
-        let (keyring, report) = Keyring::rejoin(
-            repo.did(),
-            device,
-            key,
-            &state.request(),
-            account,
-            &records.wraps,
-        )?;
+        let did = state
+            .account_did
+            .clone()
+            .unwrap_or_else(|| repo.did().to_owned());
+        let (keyring, report) =
+            Keyring::rejoin(&did, device, key, &state.request(), account, &records.wraps)?;
         Ok(Device {
             repo,
+            did,
             keyring,
             records,
             report,
         })
+    }
+
+    /// The account DID records are sealed for and named by (at-uris): the
+    /// repository's own, or the first device's for a device that joined
+    /// through a PDS.
+    pub fn account_did(&self) -> &str {
+        &self.did
     }
 
     /// The repository.
@@ -402,7 +410,7 @@ impl Device {
             let content = record_from_json(&item.content)
                 .map_err(|e| SealError::invalid_plaintext(format!("content: {e}")))?;
             let place = Place {
-                did: self.repo.did(),
+                did: &self.did,
                 collection: &item.collection,
                 rkey: &item.rkey,
             };
@@ -451,7 +459,7 @@ impl Device {
         let record = record_from_json(&entry.value)
             .map_err(|e| SealError::malformed("record", e.to_string()))?;
         let place = Place {
-            did: self.repo.did(),
+            did: &self.did,
             collection,
             rkey,
         };
@@ -544,6 +552,7 @@ pub fn init(
             pairing: pair_request(&key, rng).code().clone(),
             device: None,
             account_key_id: None,
+            account_did: None,
         },
     };
     if state.pairing.public_key != key.public_key() {
@@ -643,6 +652,7 @@ pub fn pair(dir: impl AsRef<Path>, rng: &mut impl CryptoRng) -> Result<PairOutco
         pairing: code.clone(),
         device: None,
         account_key_id: None,
+        account_did: None,
     }
     .save(dir)?;
     Ok(PairOutcome {

@@ -23,6 +23,9 @@
 //! `sync status`.
 
 mod client;
+pub mod merge;
+pub mod mirror;
+pub mod status;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -36,6 +39,9 @@ use serde_json::Value;
 use thiserror::Error;
 
 pub use client::Session;
+pub use merge::MergeReport;
+pub use mirror::RemoteHead;
+pub use status::{StatusReport, status};
 
 use crate::repo::blocks::MemoryBlocks;
 use crate::repo::keys::{KeyAlgorithm, KeyError, PublicKey};
@@ -119,6 +125,41 @@ pub enum SyncError {
         /// The PDS's.
         remote: String,
     },
+    /// DESIGN §7's check failed: the commit the PDS made for a push has
+    /// another MST root than the one computed here over the mirror with the
+    /// same writes. The mirror is re-pulled in full before this is returned.
+    #[error(
+        "replica out of step: the PDS's commit {commit} has data {remote}, but the root computed here is {local}; the mirror was re-pulled, run sync again"
+    )]
+    DataMismatch {
+        /// The PDS's commit.
+        commit: String,
+        /// Its `data`.
+        remote: String,
+        /// The root computed here.
+        local: String,
+    },
+    /// The PDS's head moved while pushing (another device wrote): the push
+    /// was refused by `swapCommit`, nothing of it landed.
+    #[error("the PDS's head moved during the push (another device wrote); pull again")]
+    RemoteMoved,
+    /// The PDS serves an older rev than the one mirrored here.
+    #[error("the PDS's repository is at rev {found}, older than the rev {held} mirrored here")]
+    OlderRemote {
+        /// The mirrored rev.
+        held: String,
+        /// The PDS's rev.
+        found: String,
+    },
+    /// A pulled record fails our lexicon validation (or cannot be decoded);
+    /// nothing of the pull was merged.
+    #[error("record {key} from the PDS fails validation: {reason}; nothing was merged")]
+    InvalidRecord {
+        /// `collection/rkey`.
+        key: String,
+        /// Why.
+        reason: String,
+    },
     /// The local repository.
     #[error(transparent)]
     Local(Box<RepoError>),
@@ -155,16 +196,26 @@ impl SyncError {
     }
 }
 
-/// The pushed-marker: which account this store syncs with, and the CID the
-/// PDS acknowledged for each pushed record.
+/// The sync state and the mirror of the remote repository (see
+/// [`mirror`]): which account this store syncs with, the remote head the
+/// mirror is at, and the CID of every remote record.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SyncState {
     /// The account's DID (set by the first sync).
     pub did: Option<String>,
     /// The PDS last synced with.
     pub service: Option<String>,
-    /// `collection/rkey` → CID, as acknowledged by the PDS.
+    /// `collection/rkey` → CID of our records on the PDS, as acknowledged
+    /// by a push or seen in a pull.
     pub pushed: BTreeMap<String, String>,
+    /// The remote head the mirror is at (`None`: never pulled, or the
+    /// mirror is to be re-pulled in full).
+    #[serde(default)]
+    pub remote: Option<RemoteHead>,
+    /// `collection/rkey` → CID of the remote records of other collections
+    /// (keys and CIDs only; their bodies are not kept).
+    #[serde(default)]
+    pub others: BTreeMap<String, String>,
 }
 
 impl SyncState {
@@ -262,23 +313,25 @@ pub struct SyncReport {
     pub handle: String,
     /// The push.
     pub push: PushReport,
-    /// The pull-verify.
+    /// What the pulls merged into the local store.
+    pub merged: MergeReport,
+    /// The mirror at the end.
     pub pull: PullReport,
 }
 
 /// One local record to push.
-struct LocalRecord {
-    key: String,
-    cid: Cid,
+pub(crate) struct LocalRecord {
+    pub(crate) key: String,
+    pub(crate) cid: Cid,
     value: Value,
 }
 
-fn split_key(key: &str) -> (&str, &str) {
+pub(crate) fn split_key(key: &str) -> (&str, &str) {
     key.split_once('/').unwrap_or((key, ""))
 }
 
 /// The local records under [`COLLECTION_PREFIX`], in key order.
-fn local_records(repo: &Repository) -> Result<Vec<LocalRecord>, SyncError> {
+pub(crate) fn local_records(repo: &Repository) -> Result<Vec<LocalRecord>, SyncError> {
     let mut out = Vec::new();
     for entry in repo.mst().entries_with_prefix(COLLECTION_PREFIX) {
         let (key, cid) = entry.map_err(RepoError::from)?;
@@ -364,27 +417,33 @@ fn check_cid(key: &str, local: &Cid, remote: &str) -> Result<(), SyncError> {
     }
 }
 
-/// Pushes the local records the marker does not list with their current
-/// CID; updates `state` (and saves it in `data`) after each acknowledged
-/// batch.
+/// Pushes the local records whose CID differs from the mirror's, in
+/// `applyWrites` batches pinned to the mirrored head (`swapCommit`). After
+/// each batch the PDS's new commit is fetched and its `data` must equal the
+/// root computed here over the mirror with the batch applied (DESIGN §7);
+/// the mirror (and `sync.json`) then moves to that commit. Counts go into
+/// `report` as batches land.
 pub fn push(
     session: &Session,
+    key: &PublicKey,
     repo: &Repository,
     data: &Path,
     state: &mut SyncState,
-) -> Result<PushReport, SyncError> {
+    report: &mut PushReport,
+) -> Result<(), SyncError> {
     let records = local_records(repo)?;
-    let mut report = PushReport::default();
     let mut ops = Vec::new();
     let mut present = std::collections::BTreeSet::new();
+    let mut unchanged = 0;
     for r in &records {
         present.insert(r.key.as_str());
         match state.pushed.get(&r.key) {
-            Some(cid) if *cid == r.cid.to_string() => report.unchanged += 1,
+            Some(cid) if *cid == r.cid.to_string() => unchanged += 1,
             Some(cid) => ops.push(Op::Update(r, cid.clone())),
             None => ops.push(Op::Create(r)),
         }
     }
+    report.unchanged = unchanged;
     for (key, cid) in &state.pushed {
         if !present.contains(key.as_str()) {
             ops.push(Op::Delete(key.clone(), cid.clone()));
@@ -395,7 +454,12 @@ pub fn push(
             .iter()
             .map(Op::to_write)
             .collect::<Result<Vec<_>, _>>()?;
-        match session.apply_writes(writes) {
+        let swap = state
+            .remote
+            .as_ref()
+            .map(RemoteHead::commit_cid)
+            .transpose()?;
+        match session.apply_writes_on(writes, swap) {
             Ok(out) => {
                 report.batches += 1;
                 let results = out.results.unwrap_or_default();
@@ -409,22 +473,48 @@ pub fn push(
                         }
                         apply_writes::OutputResultsItem::DeleteResult(_) => None,
                     });
-                    record_done(op, remote.as_deref(), state, &mut report)?;
+                    record_done(op, remote.as_deref(), state, report)?;
                 }
+                state.remote = match (swap, out.commit) {
+                    // The batch landed on the mirrored head: its commit's
+                    // data must be the mirror's root with the batch applied.
+                    (Some(_), Some(commit)) => {
+                        let expected = mirror::mirror_tree(&mirror::mirror_entries(state)?)?.root();
+                        match mirror::check_pushed_commit(
+                            session,
+                            key,
+                            *commit.cid.as_ref(),
+                            expected,
+                        ) {
+                            Ok(head) => Some(head),
+                            Err(e) => {
+                                state.remote = None;
+                                state.save(data)?;
+                                return Err(e);
+                            }
+                        }
+                    }
+                    // No mirrored head (or no commit named): the next pull
+                    // brings the mirror up to date.
+                    _ => None,
+                };
+            }
+            Err(SyncError::Xrpc { error, .. }) if error == "InvalidSwap" => {
+                return Err(SyncError::RemoteMoved);
             }
             // The PDS answers 500 for a create on a taken key (and for an
             // update/delete of a missing one): go one by one.
             Err(SyncError::Xrpc { status: 500, .. }) => {
                 for op in batch {
                     report.retried += 1;
-                    push_one(session, op, state, &mut report)?;
+                    push_one(session, op, state, report)?;
                 }
             }
             Err(e) => return Err(e),
         }
         state.save(data)?;
     }
-    Ok(report)
+    Ok(())
 }
 
 fn record_done(
@@ -485,7 +575,7 @@ fn push_one(
     }
 }
 
-fn parse_marker_cid(key: &str, cid: &str) -> Result<Cid, SyncError> {
+pub(crate) fn parse_marker_cid(key: &str, cid: &str) -> Result<Cid, SyncError> {
     crate::model::parse_cid(cid).map_err(|e| SyncError::Io {
         what: format!("read the pushed CID of {key} in {STATE_FILE}"),
         reason: e.to_string(),
@@ -528,16 +618,6 @@ pub fn signing_key(session: &Session, plc: &str) -> Result<PublicKey, SyncError>
         _ => PublicKey::from_multikey(multikey),
     };
     key.map_err(|e: KeyError| fail(e.to_string()))
-}
-
-/// Fetches the PDS's repository and checks it with [`verify_remote`].
-pub fn pull_verify(
-    session: &Session,
-    key: &PublicKey,
-    pushed: &BTreeMap<String, String>,
-) -> Result<PullReport, SyncError> {
-    let car = session.get_repo()?;
-    verify_remote(&car, session.did(), key, pushed)
 }
 
 /// Verifies a repository CAR from the PDS (signature against `key`, the
@@ -600,11 +680,14 @@ pub struct SyncOptions {
     pub plc: String,
 }
 
-/// Logs in, pushes, pulls and verifies. The store in `data` is only read;
-/// the marker file records what the PDS acknowledged.
-pub fn sync(data: &Path, opts: &SyncOptions) -> Result<SyncReport, SyncError> {
-    let repo = Repository::open(data)?;
-    let mut state = SyncState::load(data)?;
+/// A logged-in session for `data`'s store: refuses another account than
+/// the linked one, resolves the signing key before anything is written,
+/// and links the store on first use.
+pub(crate) fn connect(
+    data: &Path,
+    opts: &SyncOptions,
+    state: &mut SyncState,
+) -> Result<(Session, PublicKey), SyncError> {
     let session = Session::login(&opts.service, &opts.identifier, &opts.password)?;
     if let Some(linked) = &state.did
         && linked != session.did()
@@ -621,14 +704,123 @@ pub fn sync(data: &Path, opts: &SyncOptions) -> Result<SyncReport, SyncError> {
         state.service = Some(session.service().to_owned());
         state.save(data)?;
     }
-    let push = push(&session, &repo, data, &mut state)?;
-    let pull = pull_verify(&session, &key, &state.pushed)?;
+    Ok((session, key))
+}
+
+/// Brings the mirror to the PDS's head and merges the remote changes of our
+/// collections into the local store. Nothing is downloaded when the head
+/// is the mirrored one (`getLatestCommit`). Returns the CAR's size.
+fn pull_merge(
+    session: &Session,
+    key: &PublicKey,
+    data: &Path,
+    repo: &mut Repository,
+    state: &mut SyncState,
+    merged: &mut MergeReport,
+) -> Result<usize, SyncError> {
+    if let Some(head) = &state.remote {
+        let (latest, _) = session.latest_commit()?;
+        if latest.to_string() == head.commit {
+            return Ok(0);
+        }
+    }
+    let pulled = mirror::fetch(session, key, state, repo)?;
+    let old = mirror::mirror_entries(state)?;
+    let m = merge::merge(data, repo, &old, &pulled)?;
+    merged.created += m.created;
+    merged.updated += m.updated;
+    merged.deleted += m.deleted;
+    merged.conflicts += m.conflicts;
+    let (ours, others): (BTreeMap<_, _>, BTreeMap<_, _>) = pulled
+        .entries
+        .iter()
+        .map(|(k, c)| (k.clone(), c.to_string()))
+        .partition(|(k, _)| k.starts_with(COLLECTION_PREFIX));
+    state.pushed = ours;
+    state.others = others;
+    state.remote = Some(pulled.head);
+    state.save(data)?;
+    Ok(pulled.car_bytes)
+}
+
+/// How often a push refused because the PDS's head moved is retried after a
+/// new pull.
+const PUSH_ATTEMPTS: usize = 3;
+
+/// Logs in, pulls and merges the other devices' records, pushes this
+/// store's changes (checking each new commit's `data`, DESIGN §7), and
+/// brings the mirror to the final head. A `DataMismatch` re-pulls the
+/// mirror in full and is returned.
+pub fn sync(data: &Path, opts: &SyncOptions) -> Result<SyncReport, SyncError> {
+    let mut repo = Repository::open(data)?;
+    let mut state = SyncState::load(data)?;
+    let (session, key) = connect(data, opts, &mut state)?;
+    let mut merged = MergeReport::default();
+    let mut car_bytes = pull_merge(&session, &key, data, &mut repo, &mut state, &mut merged)?;
+    let mut push_report = PushReport::default();
+    let mut attempt = 1;
+    loop {
+        match push(&session, &key, &repo, data, &mut state, &mut push_report) {
+            Ok(()) => break,
+            Err(SyncError::RemoteMoved) if attempt < PUSH_ATTEMPTS => {
+                attempt += 1;
+                car_bytes += pull_merge(&session, &key, data, &mut repo, &mut state, &mut merged)?;
+            }
+            Err(e @ SyncError::DataMismatch { .. }) => {
+                // The mirror is wrong: take the PDS's repository in full.
+                pull_merge(&session, &key, data, &mut repo, &mut state, &mut merged)?;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    car_bytes += pull_merge(&session, &key, data, &mut repo, &mut state, &mut merged)?;
+    let pull = final_check(&state, &repo, &key, car_bytes)?;
     Ok(SyncReport {
         service: session.service().to_owned(),
         did: session.did().to_owned(),
         handle: session.handle().to_owned(),
-        push,
+        push: push_report,
+        merged,
         pull,
+    })
+}
+
+/// The report of the mirror at the end of a sync; the root over the local
+/// records (plus the mirrored other collections) must be the PDS's `data`.
+fn final_check(
+    state: &SyncState,
+    repo: &Repository,
+    key: &PublicKey,
+    car_bytes: usize,
+) -> Result<PullReport, SyncError> {
+    let head = state.remote.clone().ok_or(SyncError::RemoteMoved)?;
+    let mut entries: BTreeMap<String, Cid> = BTreeMap::new();
+    for (k, c) in &state.others {
+        entries.insert(k.clone(), parse_marker_cid(k, c)?);
+    }
+    for r in local_records(repo)? {
+        entries.insert(r.key, r.cid);
+    }
+    let expected = mirror::mirror_tree(&entries)?.root().to_string();
+    if expected != head.data {
+        return Err(SyncError::DataMismatch {
+            commit: head.commit,
+            remote: head.data,
+            local: expected,
+        });
+    }
+    Ok(PullReport {
+        did: state.did.clone().unwrap_or_default(),
+        rev: head.rev,
+        commit: head.commit,
+        data: head.data,
+        car_bytes,
+        records: state.pushed.len() + state.others.len(),
+        our_records: state.pushed.len(),
+        signing_key: key.to_multikey(),
+        data_matches: true,
+        expected_data: expected,
     })
 }
 
