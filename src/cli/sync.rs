@@ -19,12 +19,13 @@ use crate::sync::{self, DEFAULT_PLC, SyncOptions};
 pub const PASSWORD_ENV: &str = "GELSTORE_PASSWORD";
 
 #[derive(Args, Debug)]
-#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct SyncArgs {
     #[command(subcommand)]
     pub command: Option<SyncCommand>,
+    /// `None` only with a subcommand (clap enforces `--pds` and
+    /// `--identifier` otherwise).
     #[command(flatten)]
-    pub login: LoginArgs,
+    pub login: Option<LoginArgs>,
 }
 
 #[derive(clap::Subcommand, Debug)]
@@ -86,7 +87,10 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
     if let Some(SyncCommand::Status(login)) = args.command {
         return super::sync_status::run(data, &login);
     }
-    let args = args.login;
+    let Some(args) = args.login else {
+        eprintln!("error: sync needs --pds URL and --identifier HANDLE_OR_DID");
+        return Outcome::Failed;
+    };
     let Some(opts) = login_options(&args) else {
         return Outcome::Failed;
     };
