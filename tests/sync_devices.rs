@@ -186,6 +186,7 @@ fn second_device_pairs_through_the_pds_and_answers_an_approval() {
     // A syncs: everything goes up; the PDS's data is the root computed here.
     let first = sync(a, &pds);
     assert!(first["push"]["created"].as_u64().unwrap() >= 3, "{first}");
+    assert_eq!(first["pull"]["full_pulls"], 1, "{first}");
     assert_eq!(first["pull"]["data_matches"], true);
     let messages = list_records(&pds, "chat.gel.assistant.message");
     let uris: Vec<&str> = messages
@@ -233,6 +234,9 @@ fn second_device_pairs_through_the_pds_and_answers_an_approval() {
     // pushes the wraps.
     let a_pull = sync(a, &pds);
     assert_eq!(a_pull["merged"]["created"], 1, "{a_pull}");
+    // After the first time, only what changed since the mirrored rev.
+    assert_eq!(a_pull["pull"]["full_pulls"], 0, "{a_pull}");
+    assert_eq!(a_pull["pull"]["since_pulls"], 1, "{a_pull}");
     let approved = json_of(&ok(a, &["device", "approve", &code, "--format", "json"]));
     assert_eq!(approved["device"], b_id.as_str());
     assert_eq!(approved["recordCreated"], false);
@@ -244,6 +248,14 @@ fn second_device_pairs_through_the_pds_and_answers_an_approval() {
 
     // B pulls the wraps and joins from its own synced records.
     let b_pull = sync(b, &pds);
+    assert_eq!(
+        (
+            &b_pull["pull"]["full_pulls"],
+            &b_pull["pull"]["since_pulls"]
+        ),
+        (&json!(0), &json!(1)),
+        "{b_pull}"
+    );
     assert_eq!(
         b_pull["merged"],
         json!({"created": a_wraps["push"]["created"], "updated": 0, "deleted": 0, "conflicts": 0}),
@@ -360,4 +372,199 @@ fn a_pulled_record_that_fails_validation_is_refused_and_nothing_changes() {
     assert_eq!(status_code, 200, "{deleted}");
     let again = sync(d, &pds);
     assert_eq!(again["pull"]["data_matches"], true, "{again}");
+}
+
+const CHAT: &str = "chat.gel.assistant.chat";
+
+fn chat_record(created: &str) -> Value {
+    json!({"$type": CHAT, "createdAt": created})
+}
+
+fn opts(pds: &Pds) -> gelstore::sync::SyncOptions {
+    gelstore::sync::SyncOptions {
+        service: pds.service.clone(),
+        identifier: pds.handle.clone(),
+        password: pds.password.clone(),
+        plc: pds.plc.clone(),
+    }
+}
+
+fn apply(data: &Path, writes: &[gelstore::repo::repository::Write]) {
+    Repository::open(data).unwrap().apply(writes).unwrap();
+}
+
+#[test]
+fn a_record_changed_on_both_devices_keeps_the_pds_version_and_saves_the_local_one() {
+    use gelstore::repo::repository::Write;
+    let pds = Pds::start();
+    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (dirs.0.path(), dirs.1.path());
+    ok(a, &["repo", "init"]);
+    ok(b, &["repo", "init"]);
+    let (k1, k2) = ("3lbqzdw5pzk22", "3lbqzdw5pzk33");
+    apply(
+        a,
+        &[
+            Write::create(CHAT, k1, chat_record("2026-01-01T00:00:00.000Z")),
+            Write::create(CHAT, k2, chat_record("2026-01-01T00:00:00.000Z")),
+        ],
+    );
+    sync(a, &pds);
+    let b_first = sync(b, &pds);
+    assert_eq!(b_first["merged"]["created"], 2, "{b_first}");
+
+    // Both change k1 before either syncs; A is first.
+    apply(
+        a,
+        &[Write::update(
+            CHAT,
+            k1,
+            chat_record("2026-02-02T00:00:00.000Z"),
+        )],
+    );
+    apply(
+        b,
+        &[Write::update(
+            CHAT,
+            k1,
+            chat_record("2026-03-03T00:00:00.000Z"),
+        )],
+    );
+    let a_push = sync(a, &pds);
+    assert_eq!(a_push["push"]["updated"], 1, "{a_push}");
+
+    // B: the PDS's version wins; B's is kept in sync-conflicts.jsonl.
+    let b_sync = sync(b, &pds);
+    assert_eq!(b_sync["merged"]["updated"], 1, "{b_sync}");
+    assert_eq!(b_sync["merged"]["conflicts"], 1, "{b_sync}");
+    assert_eq!(b_sync["push"]["updated"], 0, "{b_sync}");
+    let held = Repository::open(b).unwrap().get(CHAT, k1).unwrap().unwrap();
+    assert_eq!(held.value["createdAt"], "2026-02-02T00:00:00.000Z");
+    let kept = std::fs::read_to_string(b.join("sync-conflicts.jsonl")).unwrap();
+    let kept: Vec<Value> = kept.lines().map(json_of).collect();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0]["key"], format!("{CHAT}/{k1}"));
+    assert_eq!(kept[0]["value"]["createdAt"], "2026-03-03T00:00:00.000Z");
+
+    // A change only B made wins (its swap is the PDS's CID) and reaches A.
+    apply(
+        b,
+        &[Write::update(
+            CHAT,
+            k2,
+            chat_record("2026-04-04T00:00:00.000Z"),
+        )],
+    );
+    let b_push = sync(b, &pds);
+    assert_eq!(b_push["push"]["updated"], 1, "{b_push}");
+    let a_pull = sync(a, &pds);
+    assert_eq!(a_pull["merged"]["updated"], 1, "{a_pull}");
+    assert_eq!(a_pull["merged"]["conflicts"], 0, "{a_pull}");
+    let held = Repository::open(a).unwrap().get(CHAT, k2).unwrap().unwrap();
+    assert_eq!(held.value["createdAt"], "2026-04-04T00:00:00.000Z");
+    // A remote delete reaches the other store too.
+    apply(a, &[Write::delete(CHAT, k2)]);
+    sync(a, &pds);
+    let b_del = sync(b, &pds);
+    assert_eq!(b_del["merged"]["deleted"], 1, "{b_del}");
+    assert!(
+        Repository::open(b)
+            .unwrap()
+            .get(CHAT, k2)
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(status(a, &pds)["in_sync"], true);
+    assert_eq!(status(b, &pds)["in_sync"], true);
+}
+
+#[test]
+fn a_push_on_a_moved_head_is_refused_whole_then_pulled_and_retried() {
+    use gelstore::repo::repository::Write;
+    use gelstore::sync::{self, PushReport, Session, SyncError, SyncState};
+    let pds = Pds::start();
+    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (dirs.0.path(), dirs.1.path());
+    ok(a, &["repo", "init"]);
+    ok(b, &["repo", "init"]);
+    sync::sync(a, &opts(&pds)).unwrap();
+    sync::sync(b, &opts(&pds)).unwrap();
+
+    // B pushes; A's mirror still names the older head.
+    apply(
+        b,
+        &[Write::create(
+            CHAT,
+            "3lbqzdw5pzk22",
+            chat_record("2026-01-01T00:00:00.000Z"),
+        )],
+    );
+    sync::sync(b, &opts(&pds)).unwrap();
+    apply(
+        a,
+        &[Write::create(
+            CHAT,
+            "3lbqzdw5pzk33",
+            chat_record("2026-01-01T00:00:00.000Z"),
+        )],
+    );
+
+    // A push pinned to the stale head: refused whole, nothing lands.
+    let session = Session::login(&pds.service, &pds.handle, &pds.password).unwrap();
+    let key = sync::signing_key(&session, &pds.plc).unwrap();
+    let mut state = SyncState::load(a).unwrap();
+    let repo = Repository::open(a).unwrap();
+    let mut report = PushReport::default();
+    let e = sync::push(&session, &key, &repo, a, &mut state, &mut report).unwrap_err();
+    assert!(matches!(e, SyncError::RemoteMoved), "{e}");
+    assert_eq!(report.created, 0);
+    assert_eq!(list_records(&pds, CHAT).len(), 1);
+    drop(repo);
+
+    // A full sync pulls B's record first, then pushes A's on the new head.
+    let done = sync::sync(a, &opts(&pds)).unwrap();
+    assert_eq!(done.merged.created, 1);
+    assert_eq!(done.push.created, 1);
+    assert!(done.pull.data_matches);
+    assert_eq!(list_records(&pds, CHAT).len(), 2);
+}
+
+#[test]
+fn a_wrong_mirror_fails_the_data_check_loudly_and_is_re_pulled() {
+    let pds = Pds::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["device", "init"]);
+    sync(d, &pds);
+
+    // The mirror claims a record the PDS does not hold.
+    let path = d.join("sync.json");
+    let mut state: Value = json_of(&std::fs::read_to_string(&path).unwrap());
+    let some_cid = state["pushed"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()
+        .clone();
+    state["others"]["app.example.thing/3lbqzdw5pzk22"] = some_cid;
+    std::fs::write(&path, state.to_string()).unwrap();
+
+    // The push lands, but its commit's data is not the root computed over
+    // the mirror: a named error, exit 1.
+    ok(d, &["chat", "new", "--title", "x"]);
+    let mut args = vec!["sync"];
+    args.extend(login(&pds));
+    let out = gel(d, &args);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("replica out of step"), "{err}");
+
+    // The mirror was re-pulled: the next sync is clean and pushes nothing.
+    let state: Value = json_of(&std::fs::read_to_string(&path).unwrap());
+    assert!(state["others"].as_object().unwrap().is_empty(), "{state}");
+    let again = sync(d, &pds);
+    assert_eq!(again["push"]["created"], 0, "{again}");
+    assert_eq!(again["pull"]["data_matches"], true, "{again}");
+    assert_eq!(status(d, &pds)["in_sync"], true);
 }

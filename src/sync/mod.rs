@@ -287,8 +287,14 @@ pub struct PullReport {
     pub commit: String,
     /// The PDS's MST root (`data`).
     pub data: String,
-    /// The CAR's size.
+    /// Bytes of the CARs downloaded (0: the PDS's head was the mirrored
+    /// one, nothing was fetched).
     pub car_bytes: usize,
+    /// `getRepo` calls for the whole repository.
+    pub full_pulls: usize,
+    /// `getRepo` calls with `since` (only what changed after the mirrored
+    /// rev).
+    pub since_pulls: usize,
     /// Records in the PDS repository.
     pub records: usize,
     /// Of them, under `chat.gel.assistant.*`.
@@ -499,7 +505,7 @@ pub fn push(
                     _ => None,
                 };
             }
-            Err(SyncError::Xrpc { error, .. }) if error == "InvalidSwap" => {
+            Err(SyncError::Xrpc { error, .. }) if error.starts_with("InvalidSwap") => {
                 return Err(SyncError::RemoteMoved);
             }
             // The PDS answers 500 for a create on a taken key (and for an
@@ -652,6 +658,8 @@ pub fn verify_remote(
         commit: repo.summary.commit_cid.to_string(),
         data: repo.summary.data_cid.to_string(),
         car_bytes: car.len(),
+        full_pulls: 1,
+        since_pulls: 0,
         records: repo.summary.record_count,
         our_records: repo
             .records
@@ -707,26 +715,42 @@ pub(crate) fn connect(
     Ok((session, key))
 }
 
+/// What the pulls of one sync did.
+#[derive(Default)]
+struct Pulls {
+    merged: MergeReport,
+    car_bytes: usize,
+    full: usize,
+    since: usize,
+}
+
 /// Brings the mirror to the PDS's head and merges the remote changes of our
 /// collections into the local store. Nothing is downloaded when the head
-/// is the mirrored one (`getLatestCommit`). Returns the CAR's size.
+/// is the mirrored one (`getLatestCommit`).
 fn pull_merge(
     session: &Session,
     key: &PublicKey,
     data: &Path,
     repo: &mut Repository,
     state: &mut SyncState,
-    merged: &mut MergeReport,
-) -> Result<usize, SyncError> {
+    pulls: &mut Pulls,
+) -> Result<(), SyncError> {
     if let Some(head) = &state.remote {
         let (latest, _) = session.latest_commit()?;
         if latest.to_string() == head.commit {
-            return Ok(0);
+            return Ok(());
         }
     }
     let pulled = mirror::fetch(session, key, state, repo)?;
+    pulls.car_bytes += pulled.car_bytes;
+    if pulled.partial {
+        pulls.since += 1;
+    } else {
+        pulls.full += 1;
+    }
     let old = mirror::mirror_entries(state)?;
     let m = merge::merge(data, repo, &old, &pulled)?;
+    let merged = &mut pulls.merged;
     merged.created += m.created;
     merged.updated += m.updated;
     merged.deleted += m.deleted;
@@ -740,7 +764,7 @@ fn pull_merge(
     state.others = others;
     state.remote = Some(pulled.head);
     state.save(data)?;
-    Ok(pulled.car_bytes)
+    Ok(())
 }
 
 /// How often a push refused because the PDS's head moved is retried after a
@@ -755,8 +779,8 @@ pub fn sync(data: &Path, opts: &SyncOptions) -> Result<SyncReport, SyncError> {
     let mut repo = Repository::open(data)?;
     let mut state = SyncState::load(data)?;
     let (session, key) = connect(data, opts, &mut state)?;
-    let mut merged = MergeReport::default();
-    let mut car_bytes = pull_merge(&session, &key, data, &mut repo, &mut state, &mut merged)?;
+    let mut pulls = Pulls::default();
+    pull_merge(&session, &key, data, &mut repo, &mut state, &mut pulls)?;
     let mut push_report = PushReport::default();
     let mut attempt = 1;
     loop {
@@ -764,24 +788,24 @@ pub fn sync(data: &Path, opts: &SyncOptions) -> Result<SyncReport, SyncError> {
             Ok(()) => break,
             Err(SyncError::RemoteMoved) if attempt < PUSH_ATTEMPTS => {
                 attempt += 1;
-                car_bytes += pull_merge(&session, &key, data, &mut repo, &mut state, &mut merged)?;
+                pull_merge(&session, &key, data, &mut repo, &mut state, &mut pulls)?;
             }
             Err(e @ SyncError::DataMismatch { .. }) => {
                 // The mirror is wrong: take the PDS's repository in full.
-                pull_merge(&session, &key, data, &mut repo, &mut state, &mut merged)?;
+                pull_merge(&session, &key, data, &mut repo, &mut state, &mut pulls)?;
                 return Err(e);
             }
             Err(e) => return Err(e),
         }
     }
-    car_bytes += pull_merge(&session, &key, data, &mut repo, &mut state, &mut merged)?;
-    let pull = final_check(&state, &repo, &key, car_bytes)?;
+    pull_merge(&session, &key, data, &mut repo, &mut state, &mut pulls)?;
+    let pull = final_check(&state, &repo, &key, &pulls)?;
     Ok(SyncReport {
         service: session.service().to_owned(),
         did: session.did().to_owned(),
         handle: session.handle().to_owned(),
         push: push_report,
-        merged,
+        merged: pulls.merged,
         pull,
     })
 }
@@ -792,7 +816,7 @@ fn final_check(
     state: &SyncState,
     repo: &Repository,
     key: &PublicKey,
-    car_bytes: usize,
+    pulls: &Pulls,
 ) -> Result<PullReport, SyncError> {
     let head = state.remote.clone().ok_or(SyncError::RemoteMoved)?;
     let mut entries: BTreeMap<String, Cid> = BTreeMap::new();
@@ -815,7 +839,9 @@ fn final_check(
         rev: head.rev,
         commit: head.commit,
         data: head.data,
-        car_bytes,
+        car_bytes: pulls.car_bytes,
+        full_pulls: pulls.full,
+        since_pulls: pulls.since,
         records: state.pushed.len() + state.others.len(),
         our_records: state.pushed.len(),
         signing_key: key.to_multikey(),
