@@ -20,13 +20,16 @@
 //! admission. The new device then takes the records in with [`join`].
 //! [`remove`] starts a new account epoch without the removed device.
 //!
-//! **Until sync exists** the repository is signed by one store (the first
+//! **Without a PDS** the repository is signed by one store (the first
 //! device's), and other devices hold a read-only copy of it, refreshed from
 //! that store's CAR export ([`join`] with the file, through
 //! [`Repository::refresh`]). They can open everything they were admitted to
-//! but write nothing. Sync with a PDS replaces the file: every device pulls
-//! and pushes the same repository, and a new device writes its own `device`
-//! record.
+//! but write nothing. **With a PDS** (`crate::sync`) every device keeps its
+//! own writable store and the PDS's repository is the shared one: a new
+//! device writes its own `device` record ([`publish`]), syncs, and after the
+//! approval has been synced completes the pairing from the records in its
+//! own store ([`join_synced`]). Its records are sealed for the first
+//! device's DID ([`Device::account_did`]), kept in `device.json`.
 
 pub mod records;
 pub mod state;
@@ -87,7 +90,7 @@ pub enum DeviceError {
     },
     /// A write on a read-only copy of the repository.
     #[error(
-        "this data folder holds a read-only copy of {did}'s repository (taken in with `device join`); run this on the device that holds the repository (until sync exists)"
+        "this data folder holds a read-only copy of {did}'s repository (taken in with `device join --from`); run this on the device that holds the repository, or pair this device through a PDS (`gelstore device pair --publish` in a new data folder)"
     )]
     ReadOnlyCopy {
         /// The account DID.

@@ -1,26 +1,43 @@
-//! Sync with a PDS (DESIGN §8), first slice: log in, push the local
-//! `chat.gel.assistant.*` records, pull the PDS's repository and verify it.
+//! Sync with a PDS (DESIGN §8), the store in the replica role of DESIGN
+//! §7: it mirrors the account's repository on the PDS and applies its own
+//! writes on top.
 //!
-//! - push: every local record whose CID the PDS has not acknowledged yet
-//!   goes out in `applyWrites` batches (≤ 200 writes, one commit each).
-//!   What the PDS acknowledged is kept in `sync.json` in the data folder
-//!   (the pushed-marker: key → CID, and the linked account), written
-//!   atomically after each batch, so a second run sends nothing. A batch the
-//!   PDS refuses (it answers 500 for a create on a taken key, e.g. after a
-//!   crash between its commit and our marker) is retried record by record:
-//!   creates as `putRecord` with `"swapRecord": null` (create-if-absent; an
-//!   identical record is a no-op), updates and deletes with the swap CID
-//!   last pushed.
-//! - pull: `com.atproto.sync.getRepo` → CAR; the key is the `#atproto`
-//!   verification method of the DID document from the PLC directory; the
-//!   CAR is checked with [`verify_repo_car`] (signature, MST, records).
-//! - the §7 check: the MST root computed locally over the record set the
-//!   PDS should now hold (our records as pushed, plus the PDS's records of
-//!   other collections) must equal the `data` CID of the PDS's commit.
+//! One [`sync`] run:
 //!
-//! Not done yet (issue 7): the replica role (mirroring the remote MST in
-//! the store), pulling other devices' records into the local store, and
-//! `sync status`.
+//! 1. login (`connect`): `createSession`; a store linked to another
+//!    account is refused; the `#atproto` key of the DID document (PLC
+//!    directory) is resolved before anything is written.
+//! 2. pull ([`mirror::fetch`]): nothing when `getLatestCommit` names the
+//!    mirrored head; else `getRepo?since=<mirrored rev>`, verified over the
+//!    mirror's rebuilt tree and the local record blocks, or the full
+//!    `getRepo` (first time, or when the partial CAR does not verify on what
+//!    is held here). Signature, MST and every record are checked.
+//! 3. merge ([`merge::merge`]): the `chat.gel.assistant.*` records other
+//!    devices changed are lexicon-checked and taken into the local store in
+//!    one commit; a key changed on both sides keeps the PDS's version and
+//!    the local one goes to `sync-conflicts.jsonl`. `sync.json` then holds
+//!    the new mirror (head, and key → CID of every remote record).
+//! 4. push ([`push`]): local records whose CID differs from the mirror's go
+//!    out in `applyWrites` batches (≤ 200 writes) with `swapCommit` = the
+//!    mirrored head, so a batch lands on exactly the repository mirrored
+//!    here or not at all ([`SyncError::RemoteMoved`]: pull again, retry).
+//!    The new commit is fetched (`getBlocks`), its signature checked, and
+//!    its `data` must equal the root computed here over the mirror with the
+//!    batch applied — else [`SyncError::DataMismatch`], the mirror is
+//!    re-pulled in full and the run fails (exit 1). A batch the PDS answers
+//!    with 500 (a create on a taken key) is redone record by record:
+//!    creates as `putRecord` with `"swapRecord": null`, updates and deletes
+//!    with the mirrored CID as `swapRecord`.
+//! 5. the final check: the root over the local records (plus the mirrored
+//!    other collections) equals the PDS's `data`.
+//!
+//! [`status`] compares without changing anything: `getLatestCommit`
+//! against the mirrored head, MST diffs for the counts.
+//!
+//! Not done here (issue 7): token refresh during long pushes, blobs,
+//! re-sealing a store linked to a did:key for the account's DID (DESIGN
+//! §6; until then a device that joins through the PDS seals for the first
+//! device's DID, see `device::join_synced`).
 
 mod client;
 pub mod merge;

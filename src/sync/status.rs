@@ -7,7 +7,8 @@
 //! mirror's MST is diffed against the new one. "To push" is the diff of the
 //! mirror's tree of our collections against the local store's tree. Both
 //! diffs skip subtrees whose CIDs are equal, so equal stores cost one root
-//! comparison. Nothing is written.
+//! comparison. Neither the store nor the mirror is changed (only a store
+//! synced for the first time is linked to the account, as by `sync`).
 
 use std::collections::BTreeMap;
 use std::path::Path;
