@@ -12,12 +12,14 @@
 //! [`fetch`] pulls the PDS's repository: with `getRepo?since=<mirrored
 //! rev>` when a head is mirrored (the CAR then holds the new commit and
 //! the blocks made after that rev; the rest comes from the rebuilt mirror
-//! tree and the local record blocks), else — or when that partial CAR does
-//! not verify on those blocks — the full `getRepo`. Either way the commit
+//! tree and the local record blocks, and records the mirror already holds
+//! may lack their bodies), else — or when that partial CAR does not verify
+//! on those blocks, or lacks the body of a changed record of ours — the
+//! full `getRepo`. Either way the commit
 //! signature is checked against the DID document's key, every MST node and
 //! record block against its CID, and the rev must not go backwards.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use cid::Cid;
 use serde::{Deserialize, Serialize};
@@ -149,14 +151,33 @@ fn verify_partial(
     let parsed = Car::from_slice_with_limits(car, opts.limits).map_err(RepoError::from)?;
     let root = crate::repo::verify::single_root(&parsed.roots)?;
     let blocks: MemoryBlocks = parsed.blocks.into_iter().collect();
-    let mirror = mirror_tree(&mirror_entries(state)?)?;
+    let held = mirror_entries(state)?;
+    let mirror = mirror_tree(&held)?;
     let mut nodes = MemoryBlocks::default();
     mirror
         .write_new_blocks(&mut nodes)
         .map_err(|e| SyncError::from(RepoError::from(e)))?;
     let store = local.mst().store().clone();
     let layers = Layers(vec![&blocks, &nodes, &store]);
-    let verified = verify_repo(&layers, root, opts)?;
+    // Records of the mirror were verified when they were pulled; only their
+    // CIDs are kept for other collections, so their bodies may be absent.
+    let known: HashSet<Cid> = held.values().copied().collect();
+    let verified = verify_repo(&layers, root, &opts.clone().with_known_records(&known))?;
+    // The merge needs the body of every record of ours that changed.
+    for (key, cid) in &verified.records {
+        if Pulled::ours(key)
+            && held.get(key) != Some(cid)
+            && layers
+                .get(cid)
+                .map_err(|e| SyncError::from(RepoError::Corrupt(e.to_string())))?
+                .is_none()
+        {
+            return Err(SyncError::InvalidRecord {
+                key: key.clone(),
+                reason: format!("its block {cid} did not come with the since pull"),
+            });
+        }
+    }
     let summary = &verified.summary;
     Ok(Pulled {
         head: RemoteHead {
@@ -207,4 +228,99 @@ pub fn check_pushed_commit(
         rev: verified.rev().to_string(),
         data: verified.data().to_string(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::repo::keys::{KeyAlgorithm, SigningKey};
+    use crate::repo::repository::Write;
+    use crate::store::MemoryEngine;
+
+    const OURS: &str = "chat.gel.assistant.chat";
+    const OTHER: &str = "app.example.thing";
+
+    fn chat(day: u32) -> serde_json::Value {
+        json!({"$type": OURS, "createdAt": format!("2026-01-{day:02}T00:00:00.000Z")})
+    }
+
+    fn repo_with(key: SigningKey) -> Repository {
+        Repository::init_engine(Arc::new(MemoryEngine::new()), key).unwrap()
+    }
+
+    /// The mirror of `repo` as a sync would have saved it.
+    fn mirror_of(repo: &Repository) -> SyncState {
+        let mut state = SyncState::default();
+        for entry in repo.list(None).unwrap() {
+            let (k, c) = entry.unwrap();
+            let map = if k.starts_with(COLLECTION_PREFIX) {
+                &mut state.pushed
+            } else {
+                &mut state.others
+            };
+            map.insert(k, c.to_string());
+        }
+        let head = repo.head();
+        state.remote = Some(RemoteHead {
+            commit: head.commit.to_string(),
+            rev: head.rev.to_string(),
+            data: head.data.to_string(),
+        });
+        state
+    }
+
+    #[test]
+    fn a_since_car_verifies_over_the_rebuilt_mirror_without_other_bodies() {
+        let key = SigningKey::generate(KeyAlgorithm::K256).unwrap();
+        let public = key.public_key();
+        let mut remote = repo_with(key);
+        remote
+            .apply(&[
+                Write::create(OURS, "3lbqzdw5pzk22", chat(1)),
+                Write::create(OTHER, "self", json!({"$type": OTHER, "n": 1})),
+            ])
+            .unwrap();
+        let state = mirror_of(&remote);
+        let since = remote.head().rev;
+        remote
+            .apply(&[
+                Write::update(OURS, "3lbqzdw5pzk22", chat(2)),
+                Write::create(OURS, "3lbqzdw5pzk33", chat(3)),
+            ])
+            .unwrap();
+        let (car, _) = remote.export(Vec::new(), Some(since)).unwrap();
+        let (full, _) = remote.export(Vec::new(), None).unwrap();
+        assert!(car.len() < full.len());
+
+        // This store holds none of the bodies: the other collection's record
+        // is known by CID only, ours changed and came with the CAR.
+        let local = repo_with(SigningKey::generate(KeyAlgorithm::K256).unwrap());
+        let did = remote.did().to_owned();
+        let opts = VerifyOptions::new(SignatureCheck::Key(&public)).expect_did(&did);
+        let pulled = verify_partial(&car, &opts, &state, &local).unwrap();
+        assert!(pulled.partial);
+        assert_eq!(pulled.head.commit, remote.head().commit.to_string());
+        let expected: BTreeMap<String, Cid> =
+            remote.list(None).unwrap().map(|e| e.unwrap()).collect();
+        assert_eq!(pulled.entries, expected);
+
+        // A damaged CAR, a mirror that is not the remote's, another key:
+        // refused (the caller then fetches the whole repository).
+        let mut bad = car.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 0x55;
+        assert!(verify_partial(&bad, &opts, &state, &local).is_err());
+        let mut wrong = state.clone();
+        wrong.others.clear();
+        assert!(verify_partial(&car, &opts, &wrong, &local).is_err());
+        let stranger = SigningKey::generate(KeyAlgorithm::K256)
+            .unwrap()
+            .public_key();
+        let opts = VerifyOptions::new(SignatureCheck::Key(&stranger)).expect_did(&did);
+        assert!(verify_partial(&car, &opts, &state, &local).is_err());
+    }
 }
