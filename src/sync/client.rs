@@ -199,6 +199,25 @@ impl Session {
             })
     }
 
+    /// `com.atproto.repo.applyWrites` (one commit). With `swap_commit`, the
+    /// PDS refuses (`InvalidSwap`) unless its head is still that commit.
+    pub(crate) fn apply_writes(
+        &self,
+        writes: Vec<repo::apply_writes::InputWritesItem>,
+        swap_commit: Option<cid::Cid>,
+    ) -> Result<repo::apply_writes::OutputData, SyncError> {
+        let input = repo::apply_writes::InputData {
+            repo: self.repo_id()?,
+            swap_commit: swap_commit.map(atrium_api::types::string::Cid::new),
+            validate: None,
+            writes,
+        };
+        self.rt
+            .block_on(self.api.service.com.atproto.repo.apply_writes(input.into()))
+            .map(|o| o.data)
+            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.applyWrites", e))
+    }
+
     /// `com.atproto.repo.putRecord` replacing the record whose CID is
     /// `swap` (the PDS refuses with `InvalidSwap` if it changed). Returns
     /// the new CID.
@@ -352,8 +371,8 @@ impl Session {
     }
 }
 
-/// The replica's calls (DESIGN §7): the remote head, `since` pulls, the
-/// commit block of a push, and pushes pinned to the mirrored head.
+/// The replica's calls (DESIGN §7): the remote head, `since` pulls and the
+/// commit block of a push.
 impl Session {
     fn did_param(&self, method: &'static str) -> Result<Did, SyncError> {
         Did::new(self.did.clone()).map_err(|e| SyncError::Xrpc {
@@ -362,26 +381,6 @@ impl Session {
             error: "BadDid".into(),
             message: e.to_string(),
         })
-    }
-
-    /// `com.atproto.repo.applyWrites` with `swapCommit`: the PDS refuses
-    /// (`InvalidSwap`) unless its head is still `swap_commit`, so the batch
-    /// lands on exactly the repository the mirror holds.
-    pub(crate) fn apply_writes_on(
-        &self,
-        writes: Vec<repo::apply_writes::InputWritesItem>,
-        swap_commit: Option<cid::Cid>,
-    ) -> Result<repo::apply_writes::OutputData, SyncError> {
-        let input = repo::apply_writes::InputData {
-            repo: self.repo_id()?,
-            swap_commit: swap_commit.map(atrium_api::types::string::Cid::new),
-            validate: None,
-            writes,
-        };
-        self.rt
-            .block_on(self.api.service.com.atproto.repo.apply_writes(input.into()))
-            .map(|o| o.data)
-            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.applyWrites", e))
     }
 
     /// `com.atproto.sync.getRepo` with `since`: the head commit and the

@@ -482,7 +482,7 @@ pub fn push(
             .as_ref()
             .map(RemoteHead::commit_cid)
             .transpose()?;
-        match session.apply_writes_on(writes, swap) {
+        match session.apply_writes(writes, swap) {
             Ok(out) => {
                 report.batches += 1;
                 let results = out.results.unwrap_or_default();
@@ -641,6 +641,17 @@ pub fn signing_key(session: &Session, plc: &str) -> Result<PublicKey, SyncError>
         _ => PublicKey::from_multikey(multikey),
     };
     key.map_err(|e: KeyError| fail(e.to_string()))
+}
+
+/// Fetches the PDS's whole repository and checks it with
+/// [`verify_remote`] (a one-off check; [`sync`] pulls through the mirror).
+pub fn pull_verify(
+    session: &Session,
+    key: &PublicKey,
+    pushed: &BTreeMap<String, String>,
+) -> Result<PullReport, SyncError> {
+    let car = session.get_repo()?;
+    verify_remote(&car, session.did(), key, pushed)
 }
 
 /// Verifies a repository CAR from the PDS (signature against `key`, the
