@@ -567,4 +567,26 @@ fn a_wrong_mirror_fails_the_data_check_loudly_and_is_re_pulled() {
     assert_eq!(again["push"]["created"], 0, "{again}");
     assert_eq!(again["pull"]["data_matches"], true, "{again}");
     assert_eq!(status(d, &pds)["in_sync"], true);
+
+    // The human forms say the same.
+    let mut args = vec!["sync", "status"];
+    args.extend(&login(&pds)[..8]);
+    let human = ok(d, &args);
+    assert!(human.starts_with("in sync with "), "{human}");
+    // A new chat: its record and the wrap of its chat key.
+    ok(d, &["chat", "new"]);
+    let human = ok(d, &args);
+    assert!(
+        human.contains("to push: 2 created, 0 updated, 0 deleted"),
+        "{human}"
+    );
+    let mut args = vec!["sync"];
+    args.extend(&login(&pds)[..8]);
+    let human = ok(d, &args);
+    assert!(
+        human.contains("pushed to ") && human.contains(": 2 created"),
+        "{human}"
+    );
+    assert!(human.contains("pulled: 0 created"), "{human}");
+    assert!(human.contains("in sync: data "), "{human}");
 }
