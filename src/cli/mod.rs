@@ -4,6 +4,7 @@
 mod chat;
 mod device;
 mod lex;
+mod progress;
 mod repo;
 mod report;
 mod sync;

@@ -6,13 +6,16 @@
 //! repository that fails verification, another account than the one this
 //! store is linked to); 2 usage or environment (PDS unreachable, local I/O,
 //! no repository). A failed sync leaves the local store as it was.
+//!
+//! On a terminal, a progress bar on stderr follows long pushes (records)
+//! and the repository download (bytes).
 
 use std::path::Path;
 
 use clap::Args;
 use serde_json::json;
 
-use super::{Format, Outcome, say};
+use super::{Format, Outcome, progress, say};
 use crate::sync::{self, DEFAULT_PLC, SyncOptions};
 
 /// The environment variable read when `--password` is not given.
@@ -94,7 +97,9 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
     let Some(opts) = login_options(&args) else {
         return Outcome::Failed;
     };
-    let report = match sync::sync(data, &opts) {
+    // Bars go to stderr on a terminal only; the report on stdout is the
+    // same either way.
+    let report = match sync::sync_with_progress(data, &opts, progress::for_stderr()) {
         Ok(r) => r,
         Err(e) => return sync_failed(e),
     };

@@ -1,6 +1,12 @@
 //! The XRPC client: `atrium-api`'s `AtpServiceClient` over
 //! `atrium-xrpc-client`'s reqwest client (rustls), with the session's access
 //! token, driven by a current-thread tokio runtime so callers stay blocking.
+//!
+//! Every authenticated call goes through [`Session::authed`]: when the PDS
+//! says the access token expired (`ExpiredToken`, or HTTP 401), the session
+//! is refreshed once (`com.atproto.server.refreshSession` with the refresh
+//! token) and the call is made again. Only a call the PDS refused before
+//! doing anything is repeated, so a write is never applied twice.
 
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -15,20 +21,77 @@ use atrium_xrpc_client::reqwest::{ReqwestClient, ReqwestClientBuilder};
 use serde_json::Value;
 
 use super::SyncError;
+use super::progress::{NoProgress, Progress};
 
-/// The reqwest client plus the bearer token of the session, once logged in.
+/// The session's two JWTs (createSession / refreshSession give both).
+#[derive(Clone)]
+struct Tokens {
+    access: String,
+    refresh: String,
+}
+
+type SharedTokens = Arc<RwLock<Option<Tokens>>>;
+
+fn read_tokens(tokens: &SharedTokens) -> Option<Tokens> {
+    tokens.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// The reqwest client plus the bearer tokens of the session, once logged in.
 pub(crate) struct AuthClient {
     inner: ReqwestClient,
+    http: reqwest::Client,
     base: String,
-    token: Arc<RwLock<Option<String>>>,
+    tokens: SharedTokens,
+    progress: Arc<dyn Progress>,
 }
+
+/// The one download big enough to show progress for.
+const GET_REPO_PATH: &str = "/xrpc/com.atproto.sync.getRepo";
 
 impl HttpClient for AuthClient {
     async fn send_http(
         &self,
         request: Request<Vec<u8>>,
     ) -> Result<Response<Vec<u8>>, Box<dyn std::error::Error + Send + Sync + 'static>> {
+        if request.uri().path() == GET_REPO_PATH {
+            return self.send_counting(request).await;
+        }
         self.inner.send_http(request).await
+    }
+}
+
+impl AuthClient {
+    /// Like `ReqwestClient::send_http`, but reads the body chunk by chunk
+    /// and reports each chunk's size to the progress hooks.
+    async fn send_counting(
+        &self,
+        request: Request<Vec<u8>>,
+    ) -> Result<Response<Vec<u8>>, Box<dyn std::error::Error + Send + Sync + 'static>> {
+        let mut response = self.http.execute(request.try_into()?).await?;
+        let mut builder = Response::builder().status(response.status());
+        for (k, v) in response.headers() {
+            builder = builder.header(k, v);
+        }
+        let success = response.status().is_success();
+        if success {
+            self.progress.pull_started(response.content_length());
+        }
+        let mut body = Vec::new();
+        let read = async {
+            while let Some(chunk) = response.chunk().await? {
+                if success {
+                    self.progress.pulled(chunk.len() as u64);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok::<_, reqwest::Error>(())
+        }
+        .await;
+        if success {
+            self.progress.pull_finished();
+        }
+        read?;
+        builder.body(body).map_err(Into::into)
     }
 }
 
@@ -37,10 +100,17 @@ impl XrpcClient for AuthClient {
         self.base.clone()
     }
 
-    async fn authorization_token(&self, _is_refresh: bool) -> Option<AuthorizationToken> {
-        let token = self.token.read().unwrap_or_else(|e| e.into_inner());
-        token.clone().map(AuthorizationToken::Bearer)
+    /// The access token, or the refresh token for refreshSession.
+    async fn authorization_token(&self, is_refresh: bool) -> Option<AuthorizationToken> {
+        read_tokens(&self.tokens)
+            .map(|t| AuthorizationToken::Bearer(if is_refresh { t.refresh } else { t.access }))
     }
+}
+
+/// Whether the PDS refused a call because the access token expired: the
+/// reference PDS answers 400 `ExpiredToken`; other servers answer 401.
+fn is_expired_token(e: &SyncError) -> bool {
+    matches!(e, SyncError::Xrpc { status, error, .. } if *status == 401 || error == "ExpiredToken")
 }
 
 /// A logged-in session with a PDS.
@@ -48,7 +118,8 @@ pub struct Session {
     rt: tokio::runtime::Runtime,
     api: AtpServiceClient<AuthClient>,
     http: reqwest::Client,
-    token: Arc<RwLock<Option<String>>>,
+    tokens: SharedTokens,
+    progress: Arc<dyn Progress>,
     service: String,
     did: String,
     handle: String,
@@ -76,7 +147,14 @@ fn xrpc_error<E: std::fmt::Debug + std::fmt::Display>(
         Error::XrpcResponse(r) => {
             let (error, message) = match r.error {
                 Some(XrpcErrorKind::Undefined(body)) => (body.error, body.message),
-                Some(XrpcErrorKind::Custom(c)) => (Some(c.to_string()), None),
+                // atrium shows a declared error as `Name: message`.
+                Some(XrpcErrorKind::Custom(c)) => {
+                    let text = c.to_string();
+                    match text.split_once(": ") {
+                        Some((name, msg)) => (Some(name.to_owned()), Some(msg.to_owned())),
+                        None => (Some(text), None),
+                    }
+                }
                 None => (None, None),
             };
             SyncError::Xrpc {
@@ -126,6 +204,17 @@ impl Session {
     /// Logs in (`com.atproto.server.createSession`) with a handle or DID and
     /// a password.
     pub fn login(service: &str, identifier: &str, password: &str) -> Result<Session, SyncError> {
+        Session::login_with(service, identifier, password, Arc::new(NoProgress))
+    }
+
+    /// [`Session::login`], reporting the push and the download to
+    /// `progress`.
+    pub fn login_with(
+        service: &str,
+        identifier: &str,
+        password: &str,
+        progress: Arc<dyn Progress>,
+    ) -> Result<Session, SyncError> {
         let service = service.trim_end_matches('/').to_owned();
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -138,11 +227,13 @@ impl Session {
         let inner = ReqwestClientBuilder::new(&service)
             .client(http.clone())
             .build();
-        let token = Arc::new(RwLock::new(None));
+        let tokens: SharedTokens = Arc::new(RwLock::new(None));
         let api = AtpServiceClient::new(AuthClient {
             inner,
+            http: http.clone(),
             base: service.clone(),
-            token: token.clone(),
+            tokens: tokens.clone(),
+            progress: progress.clone(),
         });
         let input = server::create_session::InputData {
             allow_takendown: None,
@@ -161,11 +252,15 @@ impl Session {
                     other => other,
                 },
             )?;
-        *token.write().unwrap_or_else(|e| e.into_inner()) = Some(out.data.access_jwt.clone());
+        *tokens.write().unwrap_or_else(|e| e.into_inner()) = Some(Tokens {
+            access: out.data.access_jwt.clone(),
+            refresh: out.data.refresh_jwt.clone(),
+        });
         Ok(Session {
             rt,
             http,
-            token,
+            tokens,
+            progress,
             did: out.data.did.as_str().to_owned(),
             handle: out.data.handle.as_str().to_owned(),
             api,
@@ -186,6 +281,46 @@ impl Session {
     /// The PDS URL.
     pub fn service(&self) -> &str {
         &self.service
+    }
+
+    /// Where this session reports progress.
+    pub fn progress(&self) -> &dyn Progress {
+        &*self.progress
+    }
+
+    /// Runs an authenticated call; if the PDS says the access token
+    /// expired, refreshes the session once and runs it again.
+    fn authed<T>(&self, mut call: impl FnMut() -> Result<T, SyncError>) -> Result<T, SyncError> {
+        match call() {
+            Err(e) if is_expired_token(&e) => {
+                self.refresh(&e)?;
+                call()
+            }
+            other => other,
+        }
+    }
+
+    /// `com.atproto.server.refreshSession`: new access and refresh tokens.
+    /// `cause` is the error that made the refresh necessary.
+    fn refresh(&self, cause: &SyncError) -> Result<(), SyncError> {
+        const METHOD: &str = "com.atproto.server.refreshSession";
+        let out = self
+            .rt
+            .block_on(self.api.service.com.atproto.server.refresh_session())
+            .map_err(|e| match xrpc_error(&self.service, METHOD, e) {
+                unreachable @ SyncError::Unreachable { .. } => unreachable,
+                refused => SyncError::SessionExpired {
+                    service: self.service.clone(),
+                    cause: cause.to_string(),
+                    refresh: refused.to_string(),
+                },
+            })?;
+        tracing::debug!(did = %self.did, "session refreshed");
+        *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = Some(Tokens {
+            access: out.data.access_jwt.clone(),
+            refresh: out.data.refresh_jwt.clone(),
+        });
+        Ok(())
     }
 
     fn repo_id(&self) -> Result<AtIdentifier, SyncError> {
@@ -212,10 +347,19 @@ impl Session {
             validate: None,
             writes,
         };
-        self.rt
-            .block_on(self.api.service.com.atproto.repo.apply_writes(input.into()))
-            .map(|o| o.data)
-            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.applyWrites", e))
+        self.authed(|| {
+            self.rt
+                .block_on(
+                    self.api
+                        .service
+                        .com
+                        .atproto
+                        .repo
+                        .apply_writes(input.clone().into()),
+                )
+                .map(|o| o.data)
+                .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.applyWrites", e))
+        })
     }
 
     /// `com.atproto.repo.putRecord` replacing the record whose CID is
@@ -237,10 +381,19 @@ impl Session {
             swap_record: Some(atrium_api::types::string::Cid::new(swap)),
             validate: None,
         };
-        self.rt
-            .block_on(self.api.service.com.atproto.repo.put_record(input.into()))
-            .map(|o| o.data.cid.as_ref().to_string())
-            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.putRecord", e))
+        self.authed(|| {
+            self.rt
+                .block_on(
+                    self.api
+                        .service
+                        .com
+                        .atproto
+                        .repo
+                        .put_record(input.clone().into()),
+                )
+                .map(|o| o.data.cid.as_ref().to_string())
+                .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.putRecord", e))
+        })
     }
 
     /// `com.atproto.repo.deleteRecord` of the record whose CID is `swap`.
@@ -257,17 +410,19 @@ impl Session {
             swap_commit: None,
             swap_record: Some(atrium_api::types::string::Cid::new(swap)),
         };
-        self.rt
-            .block_on(
-                self.api
-                    .service
-                    .com
-                    .atproto
-                    .repo
-                    .delete_record(input.into()),
-            )
-            .map(|_| ())
-            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.deleteRecord", e))
+        self.authed(|| {
+            self.rt
+                .block_on(
+                    self.api
+                        .service
+                        .com
+                        .atproto
+                        .repo
+                        .delete_record(input.clone().into()),
+                )
+                .map(|_| ())
+                .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.deleteRecord", e))
+        })
     }
 
     /// `com.atproto.repo.putRecord` with `"swapRecord": null`: create the
@@ -289,12 +444,18 @@ impl Session {
             "record": record,
             "swapRecord": null,
         });
-        let token = self.token.read().unwrap_or_else(|e| e.into_inner()).clone();
-        let url = format!("{}/xrpc/{METHOD}", self.service);
+        self.authed(|| self.post_json(METHOD, &body))
+    }
+
+    /// POSTs `body` to XRPC `method` with the access token; returns the
+    /// answer's `cid`.
+    fn post_json(&self, method: &'static str, body: &Value) -> Result<String, SyncError> {
+        let tokens = read_tokens(&self.tokens);
+        let url = format!("{}/xrpc/{method}", self.service);
         let (status, text) = self.rt.block_on(async {
-            let mut req = self.http.post(&url).json(&body);
-            if let Some(t) = token {
-                req = req.bearer_auth(t);
+            let mut req = self.http.post(&url).json(body);
+            if let Some(t) = tokens {
+                req = req.bearer_auth(t.access);
             }
             let resp = req.send().await.map_err(|e| SyncError::Unreachable {
                 url: self.service.clone(),
@@ -310,7 +471,7 @@ impl Session {
         let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if status != 200 {
             return Err(SyncError::Xrpc {
-                method: METHOD,
+                method,
                 status,
                 error: json["error"].as_str().unwrap_or_default().to_owned(),
                 message: json["message"].as_str().unwrap_or(&text).to_owned(),
@@ -320,7 +481,7 @@ impl Session {
             .as_str()
             .map(str::to_owned)
             .ok_or_else(|| SyncError::Xrpc {
-                method: METHOD,
+                method,
                 status,
                 error: "BadResponse".into(),
                 message: format!("no cid in {text}"),
@@ -336,9 +497,18 @@ impl Session {
             message: e.to_string(),
         })?;
         let params = sync::get_repo::ParametersData { did, since: None };
-        self.rt
-            .block_on(self.api.service.com.atproto.sync.get_repo(params.into()))
-            .map_err(|e| xrpc_error(&self.service, "com.atproto.sync.getRepo", e))
+        self.authed(|| {
+            self.rt
+                .block_on(
+                    self.api
+                        .service
+                        .com
+                        .atproto
+                        .sync
+                        .get_repo(params.clone().into()),
+                )
+                .map_err(|e| xrpc_error(&self.service, "com.atproto.sync.getRepo", e))
+        })
     }
 
     /// `GET {plc}/{did}`: the account's DID document.
@@ -401,9 +571,18 @@ impl Session {
             did: self.did_param(METHOD)?,
             since,
         };
-        self.rt
-            .block_on(self.api.service.com.atproto.sync.get_repo(params.into()))
-            .map_err(|e| xrpc_error(&self.service, METHOD, e))
+        self.authed(|| {
+            self.rt
+                .block_on(
+                    self.api
+                        .service
+                        .com
+                        .atproto
+                        .sync
+                        .get_repo(params.clone().into()),
+                )
+                .map_err(|e| xrpc_error(&self.service, METHOD, e))
+        })
     }
 
     /// `com.atproto.sync.getLatestCommit`: the head commit's CID and rev.
@@ -412,17 +591,19 @@ impl Session {
         let params = sync::get_latest_commit::ParametersData {
             did: self.did_param(METHOD)?,
         };
-        self.rt
-            .block_on(
-                self.api
-                    .service
-                    .com
-                    .atproto
-                    .sync
-                    .get_latest_commit(params.into()),
-            )
-            .map(|o| (*o.data.cid.as_ref(), o.data.rev.as_str().to_owned()))
-            .map_err(|e| xrpc_error(&self.service, METHOD, e))
+        self.authed(|| {
+            self.rt
+                .block_on(
+                    self.api
+                        .service
+                        .com
+                        .atproto
+                        .sync
+                        .get_latest_commit(params.clone().into()),
+                )
+                .map(|o| (*o.data.cid.as_ref(), o.data.rev.as_str().to_owned()))
+                .map_err(|e| xrpc_error(&self.service, METHOD, e))
+        })
     }
 
     /// `com.atproto.sync.getBlocks`: a CAR of the given blocks.
@@ -435,8 +616,17 @@ impl Session {
                 .collect(),
             did: self.did_param(METHOD)?,
         };
-        self.rt
-            .block_on(self.api.service.com.atproto.sync.get_blocks(params.into()))
-            .map_err(|e| xrpc_error(&self.service, METHOD, e))
+        self.authed(|| {
+            self.rt
+                .block_on(
+                    self.api
+                        .service
+                        .com
+                        .atproto
+                        .sync
+                        .get_blocks(params.clone().into()),
+                )
+                .map_err(|e| xrpc_error(&self.service, METHOD, e))
+        })
     }
 }

@@ -39,9 +39,11 @@
 //! §6; until then a device that joins through the PDS seals for the first
 //! device's DID, see `device::join_synced`).
 
+mod batch;
 mod client;
 pub mod merge;
 pub mod mirror;
+pub mod progress;
 pub mod status;
 
 use std::collections::BTreeMap;
@@ -58,6 +60,7 @@ use thiserror::Error;
 pub use client::Session;
 pub use merge::MergeReport;
 pub use mirror::RemoteHead;
+pub use progress::{NoProgress, Progress};
 pub use status::{StatusReport, status};
 
 use crate::repo::blocks::MemoryBlocks;
@@ -69,8 +72,11 @@ use crate::repo::verify::{SignatureCheck, VerifyError, VerifyOptions, verify_rep
 /// The collections sync pushes.
 pub const COLLECTION_PREFIX: &str = "chat.gel.assistant.";
 
-/// Most writes in one `applyWrites` call (the PDS's limit).
+/// Most writes in one `applyWrites` call (the PDS's limit; the body size
+/// is bounded too, see [`batch::MAX_BATCH_BYTES`]).
 pub const MAX_BATCH: usize = 200;
+
+pub use batch::MAX_BATCH_BYTES;
 
 /// The pushed-marker file in the data folder.
 pub const STATE_FILE: &str = "sync.json";
@@ -95,6 +101,17 @@ pub enum SyncError {
         identifier: String,
         /// The PDS.
         service: String,
+    },
+    /// The access token expired and refreshSession refused the refresh
+    /// token too: log in again.
+    #[error("the session with {service} expired ({cause}) and could not be refreshed: {refresh}")]
+    SessionExpired {
+        /// The PDS.
+        service: String,
+        /// The refused call.
+        cause: String,
+        /// refreshSession's answer.
+        refresh: String,
     },
     /// An XRPC call failed.
     #[error("{method} failed (HTTP {status}) {error}: {message}")]
@@ -395,6 +412,15 @@ fn unknown(key: &str, value: &Value) -> Result<atrium_api::types::Unknown, SyncE
 }
 
 impl Op<'_> {
+    /// About how many bytes of the `applyWrites` body this write takes.
+    fn json_size(&self) -> usize {
+        let value = match self {
+            Op::Create(r) | Op::Update(r, _) => serde_json::to_vec(&r.value).map_or(0, |v| v.len()),
+            Op::Delete(..) => 0,
+        };
+        value + self.key().len() + 100
+    }
+
     fn key(&self) -> &str {
         match self {
             Op::Create(r) | Op::Update(r, _) => &r.key,
@@ -472,7 +498,8 @@ pub fn push(
             ops.push(Op::Delete(key.clone(), cid.clone()));
         }
     }
-    for batch in ops.chunks(MAX_BATCH) {
+    session.progress().push_started(ops.len() as u64);
+    for batch in batch::split(&ops, Op::json_size) {
         let writes = batch
             .iter()
             .map(Op::to_write)
@@ -521,6 +548,7 @@ pub fn push(
                     // brings the mirror up to date.
                     _ => None,
                 };
+                session.progress().pushed(batch.len() as u64);
             }
             Err(SyncError::Xrpc { error, .. }) if error.starts_with("InvalidSwap") => {
                 return Err(SyncError::RemoteMoved);
@@ -531,12 +559,14 @@ pub fn push(
                 for op in batch {
                     report.retried += 1;
                     push_one(session, op, state, report)?;
+                    session.progress().pushed(1);
                 }
             }
             Err(e) => return Err(e),
         }
         state.save(data)?;
     }
+    session.progress().push_finished();
     Ok(())
 }
 
@@ -723,8 +753,9 @@ pub(crate) fn connect(
     data: &Path,
     opts: &SyncOptions,
     state: &mut SyncState,
+    progress: std::sync::Arc<dyn Progress>,
 ) -> Result<(Session, PublicKey), SyncError> {
-    let session = Session::login(&opts.service, &opts.identifier, &opts.password)?;
+    let session = Session::login_with(&opts.service, &opts.identifier, &opts.password, progress)?;
     if let Some(linked) = &state.did
         && linked != session.did()
     {
@@ -804,9 +835,18 @@ const PUSH_ATTEMPTS: usize = 3;
 /// brings the mirror to the final head. A `DataMismatch` re-pulls the
 /// mirror in full and is returned.
 pub fn sync(data: &Path, opts: &SyncOptions) -> Result<SyncReport, SyncError> {
+    sync_with_progress(data, opts, std::sync::Arc::new(NoProgress))
+}
+
+/// [`sync`], reporting the push and the download to `progress`.
+pub fn sync_with_progress(
+    data: &Path,
+    opts: &SyncOptions,
+    progress: std::sync::Arc<dyn Progress>,
+) -> Result<SyncReport, SyncError> {
     let mut repo = Repository::open(data)?;
     let mut state = SyncState::load(data)?;
-    let (session, key) = connect(data, opts, &mut state)?;
+    let (session, key) = connect(data, opts, &mut state, progress)?;
     let mut pulls = Pulls::default();
     pull_merge(&session, &key, data, &mut repo, &mut state, &mut pulls)?;
     let mut push_report = PushReport::default();

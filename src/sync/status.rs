@@ -78,7 +78,12 @@ pub struct StatusReport {
 pub fn status(data: &Path, opts: &SyncOptions) -> Result<StatusReport, SyncError> {
     let repo = Repository::open(data)?;
     let mut state = SyncState::load(data)?;
-    let (session, key) = connect(data, opts, &mut state)?;
+    let (session, key) = connect(
+        data,
+        opts,
+        &mut state,
+        std::sync::Arc::new(super::NoProgress),
+    )?;
     let (latest, rev) = session.latest_commit()?;
     let old = mirror::mirror_entries(&state)?;
 
