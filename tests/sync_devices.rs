@@ -220,6 +220,12 @@ fn second_device_pairs_through_the_pds_and_answers_an_approval() {
     let paired = json_of(&ok(b, &["device", "pair", "--publish", "--format", "json"]));
     let code = paired["code"].as_str().unwrap().to_owned();
     let b_id = paired["device"].as_str().unwrap().to_owned();
+    // Never synced: everything here is to push, everything there to pull.
+    let st = status(b, &pds);
+    assert_eq!(st["in_sync"], false, "{st}");
+    assert_eq!(counts(&st["to_push"]), (1, 0, 0), "{st}");
+    let on_pds = first["push"]["created"].as_u64().unwrap();
+    assert_eq!(counts(&st["to_pull"]), (on_pds, 0, 0), "{st}");
     let b_first = sync(b, &pds);
     assert_eq!(b_first["push"]["created"], 1, "{b_first}");
     assert_eq!(
