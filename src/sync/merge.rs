@@ -253,7 +253,7 @@ mod tests {
             blocks.insert(r.cid, r.bytes);
             entries.insert(r.key, r.cid);
         }
-        let data = Mst::from_entries(MemoryBlocks::default(), entries.clone().into_iter())
+        let data = Mst::from_entries(MemoryBlocks::default(), entries.clone())
             .unwrap()
             .root();
         Pulled {
