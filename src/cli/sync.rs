@@ -126,8 +126,14 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
             ));
             let r = &report.pull;
             say(format_args!(
-                "verified the PDS repository: rev {}, {} records ({} ours), signed by {}",
-                r.rev, r.records, r.our_records, r.signing_key
+                "PDS repository at rev {}: {} records ({} ours), signed by {}; downloaded {} bytes ({} full, {} since pulls)",
+                r.rev,
+                r.records,
+                r.our_records,
+                r.signing_key,
+                r.car_bytes,
+                r.full_pulls,
+                r.since_pulls
             ));
             say(format_args!(
                 "in sync: data {} matches the local root",
