@@ -220,6 +220,12 @@ fn second_device_pairs_through_the_pds_and_answers_an_approval() {
     let paired = json_of(&ok(b, &["device", "pair", "--publish", "--format", "json"]));
     let code = paired["code"].as_str().unwrap().to_owned();
     let b_id = paired["device"].as_str().unwrap().to_owned();
+    // Never synced: everything here is to push, everything there to pull.
+    let st = status(b, &pds);
+    assert_eq!(st["in_sync"], false, "{st}");
+    assert_eq!(counts(&st["to_push"]), (1, 0, 0), "{st}");
+    let on_pds = first["push"]["created"].as_u64().unwrap();
+    assert_eq!(counts(&st["to_pull"]), (on_pds, 0, 0), "{st}");
     let b_first = sync(b, &pds);
     assert_eq!(b_first["push"]["created"], 1, "{b_first}");
     assert_eq!(
@@ -261,7 +267,28 @@ fn second_device_pairs_through_the_pds_and_answers_an_approval() {
         json!({"created": a_wraps["push"]["created"], "updated": 0, "deleted": 0, "conflicts": 0}),
         "{b_pull}"
     );
+    // The records are sealed for A's DID: another DID opens nothing.
+    let a_did = json_of(&ok(a, &["device", "ls", "--format", "json"]))["did"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = gel(
+        b,
+        &[
+            "device",
+            "join",
+            "--account-did",
+            "did:key:zQ3shokFTS3brHcDQrn82RUDfCZESWL1ZdCEJwekUDPQiYBme",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not approved") && err.contains("--account-did"),
+        "{err}"
+    );
     let joined = json_of(&ok(b, &["device", "join", "--format", "json"]));
+    assert_eq!(joined["did"], a_did.as_str());
     assert_eq!(joined["newlyPaired"], true, "{joined}");
     assert_eq!(joined["device"], b_id.as_str());
     assert_eq!(joined["refresh"], "synced");

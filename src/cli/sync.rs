@@ -1,11 +1,13 @@
-//! `gelstore sync`: push the local `chat.gel.assistant.*` records to a PDS,
-//! then fetch its repository and verify it (signature against the DID
-//! document's `#atproto` key, MST, records).
+//! `gelstore sync`: pull and merge what other devices pushed, push this
+//! store's `chat.gel.assistant.*` changes, check the PDS's new root (see
+//! `crate::sync`); `gelstore sync status` compares only
+//! (`cli/sync_status.rs`).
 //!
 //! Exit codes: 0 synced; 1 refused (bad credentials, a PDS error, a
-//! repository that fails verification, another account than the one this
+//! repository that fails verification, a pulled record that fails
+//! validation, a data-root mismatch, another account than the one this
 //! store is linked to); 2 usage or environment (PDS unreachable, local I/O,
-//! no repository). A failed sync leaves the local store as it was.
+//! no repository). A failed pull leaves the local store as it was.
 //!
 //! On a terminal, a progress bar on stderr follows long pushes (records)
 //! and the repository download (bytes).
@@ -129,8 +131,14 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
             ));
             let r = &report.pull;
             say(format_args!(
-                "verified the PDS repository: rev {}, {} records ({} ours), signed by {}",
-                r.rev, r.records, r.our_records, r.signing_key
+                "PDS repository at rev {}: {} records ({} ours), signed by {}; downloaded {} bytes ({} full, {} since pulls)",
+                r.rev,
+                r.records,
+                r.our_records,
+                r.signing_key,
+                r.car_bytes,
+                r.full_pulls,
+                r.since_pulls
             ));
             say(format_args!(
                 "in sync: data {} matches the local root",

@@ -883,6 +883,16 @@ fn finish_join(
                 SealError::NotRecipient { .. } => DeviceError::NotApproved {
                     detail: "no pairing wrap is addressed to this device's record yet; approve its code on a paired device, then export that device's repository (or sync both devices) again".into(),
                 },
+                // Joining from synced records, a wrap that does not open
+                // under any DID tried is most likely sealed for another one.
+                SealError::AuthenticationFailed { .. } if refresh.is_none() => {
+                    DeviceError::NotApproved {
+                        detail: format!(
+                            "the pairing wrap addressed to this device does not open for {}; give the DID the account's records are sealed for with --account-did (`gelstore device ls` on a paired device shows it)",
+                            dids.join(", ")
+                        ),
+                    }
+                }
                 other => other.into(),
             });
         }

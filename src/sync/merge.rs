@@ -219,8 +219,126 @@ fn keep_conflicts(data: &Path, conflicts: &[Value]) -> Result<(), SyncError> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
+    use crate::repo::blocks::MemoryBlocks;
+    use crate::repo::keys::{KeyAlgorithm, SigningKey};
+    use crate::repo::mst::Mst;
+    use crate::repo::records::prepare_record;
+    use crate::store::MemoryEngine;
+    use crate::sync::RemoteHead;
     use serde_json::json;
+
+    const CHAT: &str = "chat.gel.assistant.chat";
+
+    fn chat(day: u32) -> Value {
+        json!({"$type": CHAT, "createdAt": format!("2026-01-{day:02}T00:00:00.000Z")})
+    }
+
+    fn cid_of(rkey: &str, value: &Value) -> Cid {
+        prepare_record(CHAT, rkey, value).unwrap().cid
+    }
+
+    fn key(rkey: &str) -> String {
+        format!("{CHAT}/{rkey}")
+    }
+
+    /// A pull whose records are `remote` (rkey → value), bodies included.
+    fn pulled(remote: &[(&str, Value)]) -> Pulled {
+        let mut blocks = MemoryBlocks::default();
+        let mut entries = BTreeMap::new();
+        for (rkey, value) in remote {
+            let r = prepare_record(CHAT, rkey, value).unwrap();
+            blocks.insert(r.cid, r.bytes);
+            entries.insert(r.key, r.cid);
+        }
+        let data = Mst::from_entries(MemoryBlocks::default(), entries.clone())
+            .unwrap()
+            .root();
+        Pulled {
+            head: RemoteHead {
+                commit: data.to_string(),
+                rev: "3lbqzdw5pzk22".into(),
+                data: data.to_string(),
+            },
+            entries,
+            blocks,
+            car_bytes: 0,
+            partial: false,
+        }
+    }
+
+    #[test]
+    fn each_case_of_the_merge_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let key_ = SigningKey::generate(KeyAlgorithm::K256).unwrap();
+        let mut repo = Repository::init_engine(Arc::new(MemoryEngine::new()), key_).unwrap();
+        // Mirrored: a, b, c, d, e at day 1. Locally: b and c changed, e
+        // deleted; f created here only.
+        let names = ["a", "b", "c", "d", "e"].map(|n| format!("3lbqzdw5pzk2{n}"));
+        let mut old = BTreeMap::new();
+        let writes: Vec<Write> = names
+            .iter()
+            .map(|n| {
+                old.insert(key(n), cid_of(n, &chat(1)));
+                Write::create(CHAT, n, chat(1))
+            })
+            .collect();
+        repo.apply(&writes).unwrap();
+        let f = "3lbqzdw5pzk2f";
+        repo.apply(&[
+            Write::update(CHAT, &names[1], chat(2)),
+            Write::update(CHAT, &names[2], chat(3)),
+            Write::delete(CHAT, &names[4]),
+            Write::create(CHAT, f, chat(1)),
+        ])
+        .unwrap();
+        // Remote: a changed (local unchanged: taken), b changed differently
+        // (conflict: the PDS wins), c changed the same way (nothing), d
+        // deleted (local unchanged: deleted), e unchanged (the local delete
+        // stays, to be pushed), g created.
+        let g = "3lbqzdw5pzk2g";
+        let remote = pulled(&[
+            (&names[0], chat(5)),
+            (&names[1], chat(6)),
+            (&names[2], chat(3)),
+            (&names[4], chat(1)),
+            (g, chat(7)),
+        ]);
+        let report = merge(dir.path(), &mut repo, &old, &remote).unwrap();
+        assert_eq!(
+            report,
+            MergeReport {
+                created: 1,
+                updated: 2,
+                deleted: 1,
+                conflicts: 1
+            }
+        );
+        let day = |n: &str| {
+            repo.get(CHAT, n)
+                .unwrap()
+                .map(|r| r.value["createdAt"].as_str().unwrap()[8..10].to_owned())
+        };
+        assert_eq!(day(&names[0]).as_deref(), Some("05"));
+        assert_eq!(day(&names[1]).as_deref(), Some("06"));
+        assert_eq!(day(&names[2]).as_deref(), Some("03"));
+        assert_eq!(day(&names[3]), None);
+        assert_eq!(day(&names[4]), None);
+        assert_eq!(day(f).as_deref(), Some("01"));
+        assert_eq!(day(g).as_deref(), Some("07"));
+        let kept = std::fs::read_to_string(dir.path().join(CONFLICTS_FILE)).unwrap();
+        let kept: Value = serde_json::from_str(kept.trim()).unwrap();
+        assert_eq!(kept["key"], key(&names[1]));
+        assert_eq!(kept["value"]["createdAt"], "2026-01-02T00:00:00.000Z");
+
+        // The same pull again changes nothing.
+        let head = repo.head();
+        let again = merge(dir.path(), &mut repo, &remote.entries, &remote).unwrap();
+        assert_eq!(again, MergeReport::default());
+        assert_eq!(repo.head(), head);
+    }
 
     fn ipld(v: Value) -> ipld_core::ipld::Ipld {
         crate::model::record_from_json(&v).unwrap()

@@ -163,7 +163,7 @@ pub enum SyncError {
     /// another MST root than the one computed here over the mirror with the
     /// same writes. The mirror is re-pulled in full before this is returned.
     #[error(
-        "replica out of step: the PDS's commit {commit} has data {remote}, but the root computed here is {local}; the mirror was re-pulled, run sync again"
+        "replica out of step: the PDS's commit {commit} has data {remote}, but the root computed here is {local}; the mirror is pulled again in full, run sync again"
     )]
     DataMismatch {
         /// The PDS's commit.
@@ -860,7 +860,13 @@ pub fn sync_with_progress(
             }
             Err(e @ SyncError::DataMismatch { .. }) => {
                 // The mirror is wrong: take the PDS's repository in full.
-                pull_merge(&session, &key, data, &mut repo, &mut state, &mut pulls)?;
+                // The mismatch stays the error reported; if this pull fails
+                // too, the dropped head makes the next run pull in full.
+                if let Err(again) =
+                    pull_merge(&session, &key, data, &mut repo, &mut state, &mut pulls)
+                {
+                    tracing::warn!(error = %again, "re-pulling the mirror after a data mismatch failed");
+                }
                 return Err(e);
             }
             Err(e) => return Err(e),
