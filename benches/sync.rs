@@ -11,19 +11,20 @@
 //! `chat.gel.assistant.message` records), plus the chat and the device's
 //! own records. Both ways push the same records, in key order:
 //!
-//! - `batched`: `sync::push` on a logged-in session, into the test account
-//!   (this is what `gelstore sync` does before it pulls and verifies);
+//! - `batched`: `sync::sync_with_progress` (what `gelstore sync` runs) into
+//!   the test account; the push is timed through the progress hooks, from
+//!   the announced total to the last acknowledged write, and the whole sync
+//!   (login, pulls, push, verification) is shown on its own row;
 //! - `one-by-one`: `createRecord` per record over one keep-alive HTTP
 //!   client, into a second, fresh account on the same PDS.
 //!
-//! Login is outside both timings. The `pull-verify` row times the getRepo
-//! download and its verification after the batched push.
+//! Login is outside both push timings.
 
 #[path = "../tests/common_pds/mod.rs"]
 mod common_pds;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use gelstore::chat::approval::NoApproval;
@@ -31,7 +32,7 @@ use gelstore::chat::keys::Attempt;
 use gelstore::chat::reply::Reply;
 use gelstore::chat::store::ChatStore;
 use gelstore::repo::repository::Repository;
-use gelstore::sync::{self, Session, SyncState};
+use gelstore::sync::{self, Progress, SyncOptions};
 use serde_json::{Value, json};
 
 use common_pds::Pds;
@@ -72,6 +73,37 @@ fn records(repo: &Repository) -> Vec<(String, String, Value)> {
         .collect()
 }
 
+/// Times the push through the progress hooks.
+#[derive(Default)]
+struct PushClock {
+    /// (start, total, acknowledged so far, end)
+    state: Mutex<(Option<Instant>, u64, u64, Option<Instant>)>,
+}
+
+impl Progress for PushClock {
+    fn push_started(&self, total: u64) {
+        *self.state.lock().unwrap() = (Some(Instant::now()), total, 0, None);
+    }
+
+    fn pushed(&self, done: u64) {
+        let mut s = self.state.lock().unwrap();
+        s.2 += done;
+        if s.2 >= s.1 {
+            s.3 = Some(Instant::now());
+        }
+    }
+}
+
+impl PushClock {
+    fn push_secs(&self) -> f64 {
+        let s = self.state.lock().unwrap();
+        let (Some(start), Some(end)) = (s.0, s.3) else {
+            panic!("the push was not timed: {:?} of {} writes", s.2, s.1);
+        };
+        (end - start).as_secs_f64()
+    }
+}
+
 fn rate(n: usize, secs: f64) -> f64 {
     n as f64 / secs
 }
@@ -82,8 +114,8 @@ fn main() {
     let d = dir.path();
     let started = Instant::now();
     store_with_messages(d);
-    let repo = Repository::open(d).unwrap();
-    let records = records(&repo);
+    // Read, then closed: the sync opens the store itself.
+    let records = records(&Repository::open(d).unwrap());
     let messages = records
         .iter()
         .filter(|(c, _, _)| c == "chat.gel.assistant.message")
@@ -95,31 +127,35 @@ fn main() {
         pds.service
     );
 
-    // Batched: what `gelstore sync` does.
-    let session = Session::login(&pds.service, &pds.handle, &pds.password).unwrap();
-    let mut state = SyncState::default();
-    let key = sync::signing_key(&session, &pds.plc).unwrap();
-    let mut report = sync::PushReport::default();
+    // Batched: `gelstore sync` itself; the push is timed by its progress
+    // hooks, from the announced total to the last acknowledged write.
+    let clock = Arc::new(PushClock::default());
+    let opts = SyncOptions {
+        service: pds.service.clone(),
+        identifier: pds.handle.clone(),
+        password: pds.password.clone(),
+        plc: pds.plc.clone(),
+    };
     let t = Instant::now();
-    sync::push(&session, &key, &repo, d, &mut state, &mut report).unwrap();
-    let batched = t.elapsed().as_secs_f64();
-    assert_eq!(report.created, records.len());
-    assert_eq!(report.retried, 0);
+    let report = sync::sync_with_progress(d, &opts, clock.clone()).unwrap();
+    let whole = t.elapsed().as_secs_f64();
+    assert_eq!(report.push.created, records.len());
+    assert!(report.pull.data_matches);
+    let batched = clock.push_secs();
     println!(
         "{:<11} {} records in {} applyWrites calls: {:.2} s, {:.0} records/s",
         "batched",
-        report.created,
-        report.batches,
+        report.push.created,
+        report.push.batches,
         batched,
-        rate(report.created, batched)
+        rate(report.push.created, batched)
     );
-    let t = Instant::now();
-    let pulled = sync::pull_verify(&session, &key, &state.pushed).unwrap();
-    let pull = t.elapsed().as_secs_f64();
-    assert!(pulled.data_matches);
     println!(
-        "{:<11} getRepo {} bytes, {} records verified: {:.2} s",
-        "pull-verify", pulled.car_bytes, pulled.records, pull
+        "{:<11} login, push, getRepo ({} bytes) and verification: {:.2} s, {:.0} records/s",
+        "whole sync",
+        report.pull.car_bytes,
+        whole,
+        rate(report.push.created, whole)
     );
 
     // One createRecord per record, into a fresh account.

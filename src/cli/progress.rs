@@ -19,7 +19,7 @@ pub fn for_stderr() -> Arc<dyn Progress> {
     }
 }
 
-/// One bar at a time: the push's, then the download's.
+/// One bar at a time: the push's, then the download's (which replaces it).
 #[derive(Default)]
 pub struct TerminalProgress {
     bar: Mutex<Option<ProgressBar>>,
@@ -67,10 +67,6 @@ impl Progress for TerminalProgress {
 
     fn pushed(&self, done: u64) {
         self.inc(done);
-    }
-
-    fn push_finished(&self) {
-        self.clear();
     }
 
     fn pull_started(&self, total: Option<u64>) {

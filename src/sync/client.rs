@@ -300,6 +300,15 @@ impl Session {
         }
     }
 
+    /// Passes a write call's result on, telling the progress hooks about
+    /// its `writes` when the PDS acknowledged them.
+    fn acknowledged<T>(&self, writes: usize, result: Result<T, SyncError>) -> Result<T, SyncError> {
+        if result.is_ok() {
+            self.progress.pushed(writes as u64);
+        }
+        result
+    }
+
     /// `com.atproto.server.refreshSession`: new access and refresh tokens.
     /// `cause` is the error that made the refresh necessary.
     fn refresh(&self, cause: &SyncError) -> Result<(), SyncError> {
@@ -347,7 +356,7 @@ impl Session {
             validate: None,
             writes,
         };
-        self.authed(|| {
+        let result = self.authed(|| {
             self.rt
                 .block_on(
                     self.api
@@ -359,7 +368,8 @@ impl Session {
                 )
                 .map(|o| o.data)
                 .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.applyWrites", e))
-        })
+        });
+        self.acknowledged(input.writes.len(), result)
     }
 
     /// `com.atproto.repo.putRecord` replacing the record whose CID is
@@ -381,7 +391,7 @@ impl Session {
             swap_record: Some(atrium_api::types::string::Cid::new(swap)),
             validate: None,
         };
-        self.authed(|| {
+        let result = self.authed(|| {
             self.rt
                 .block_on(
                     self.api
@@ -393,7 +403,8 @@ impl Session {
                 )
                 .map(|o| o.data.cid.as_ref().to_string())
                 .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.putRecord", e))
-        })
+        });
+        self.acknowledged(1, result)
     }
 
     /// `com.atproto.repo.deleteRecord` of the record whose CID is `swap`.
@@ -410,7 +421,7 @@ impl Session {
             swap_commit: None,
             swap_record: Some(atrium_api::types::string::Cid::new(swap)),
         };
-        self.authed(|| {
+        let result = self.authed(|| {
             self.rt
                 .block_on(
                     self.api
@@ -422,7 +433,8 @@ impl Session {
                 )
                 .map(|_| ())
                 .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.deleteRecord", e))
-        })
+        });
+        self.acknowledged(1, result)
     }
 
     /// `com.atproto.repo.putRecord` with `"swapRecord": null`: create the
@@ -444,7 +456,8 @@ impl Session {
             "record": record,
             "swapRecord": null,
         });
-        self.authed(|| self.post_json(METHOD, &body))
+        let result = self.authed(|| self.post_json(METHOD, &body));
+        self.acknowledged(1, result)
     }
 
     /// POSTs `body` to XRPC `method` with the access token; returns the

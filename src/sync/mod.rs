@@ -498,6 +498,7 @@ pub fn push(
             ops.push(Op::Delete(key.clone(), cid.clone()));
         }
     }
+    // The session reports each acknowledged write to the same hooks.
     session.progress().push_started(ops.len() as u64);
     for batch in batch::split(&ops, Op::json_size) {
         let writes = batch
@@ -548,7 +549,6 @@ pub fn push(
                     // brings the mirror up to date.
                     _ => None,
                 };
-                session.progress().pushed(batch.len() as u64);
             }
             Err(SyncError::Xrpc { error, .. }) if error.starts_with("InvalidSwap") => {
                 return Err(SyncError::RemoteMoved);
@@ -559,14 +559,12 @@ pub fn push(
                 for op in batch {
                     report.retried += 1;
                     push_one(session, op, state, report)?;
-                    session.progress().pushed(1);
                 }
             }
             Err(e) => return Err(e),
         }
         state.save(data)?;
     }
-    session.progress().push_finished();
     Ok(())
 }
 

@@ -11,13 +11,12 @@ pub trait Progress: Send + Sync {
         let _ = total;
     }
 
-    /// `done` more writes were acknowledged by the PDS.
+    /// `done` more writes were acknowledged by the PDS (reported by the
+    /// session after each successful write call). The push is over when
+    /// the download starts or the sync returns.
     fn pushed(&self, done: u64) {
         let _ = done;
     }
-
-    /// The push is over (successfully or not).
-    fn push_finished(&self) {}
 
     /// The repository download started; `total` is its size when the PDS
     /// announced one (`Content-Length`), `None` for a streamed answer.

@@ -31,8 +31,9 @@ struct State {
     down: AtomicBool,
     stop: AtomicBool,
     tamper_car: AtomicBool,
-    /// XRPC methods whose next call is answered `ExpiredToken`.
-    expire: Mutex<Vec<String>>,
+    /// XRPC methods whose next call is answered `ExpiredToken`, and the
+    /// HTTP status to answer it with.
+    expire: Mutex<Vec<(String, u16)>>,
     /// Pass this many applyWrites through, then hold the answers.
     hold_after: Mutex<Option<usize>>,
     release: AtomicBool,
@@ -98,7 +99,17 @@ impl Proxy {
     /// Answers the next call of `method` with `ExpiredToken` (400) without
     /// forwarding it. Several calls queue up.
     pub fn expire_next(&self, method: &str) {
-        self.state.expire.lock().unwrap().push(method.to_owned());
+        self.expire_next_with(method, 400);
+    }
+
+    /// [`Proxy::expire_next`] with another HTTP status (401: how other
+    /// servers than the reference PDS refuse an expired token).
+    pub fn expire_next_with(&self, method: &str, status: u16) {
+        self.state
+            .expire
+            .lock()
+            .unwrap()
+            .push((method.to_owned(), status));
     }
 
     /// Flips a byte of every getRepo CAR from now on (or stops doing so).
@@ -323,9 +334,14 @@ fn xrpc_method(start: &str) -> String {
     path.strip_prefix("/xrpc/").unwrap_or(path).to_owned()
 }
 
-fn expired_answer() -> Message {
+fn expired_answer(status: u16) -> Message {
+    let reason = if status == 401 {
+        "Unauthorized"
+    } else {
+        "Bad Request"
+    };
     Message {
-        start: "HTTP/1.1 400 Bad Request".into(),
+        start: format!("HTTP/1.1 {status} {reason}"),
         headers: vec![("content-type".into(), "application/json".into())],
         body: br#"{"error":"ExpiredToken","message":"Token has expired"}"#.to_vec(),
     }
@@ -349,17 +365,14 @@ fn serve(client: TcpStream, upstream: &str, state: &State) -> std::io::Result<()
 
     let expire = {
         let mut expire = state.expire.lock().unwrap();
-        match expire.iter().position(|m| *m == method) {
-            Some(i) => {
-                expire.remove(i);
-                true
-            }
-            None => false,
-        }
+        expire
+            .iter()
+            .position(|(m, _)| *m == method)
+            .map(|i| expire.remove(i).1)
     };
-    if expire {
+    if let Some(status) = expire {
         *state.expired.lock().unwrap().entry(method).or_default() += 1;
-        client.write_all(&expired_answer().encode())?;
+        client.write_all(&expired_answer(status).encode())?;
         return Ok(());
     }
 
