@@ -2,13 +2,10 @@
 //! `atrium-xrpc-client`'s reqwest client (rustls), with the session's access
 //! token, driven by a current-thread tokio runtime so callers stay blocking.
 //!
-//! Every authenticated call goes through [`Session::authed`]: when the PDS
-//! says the access token expired (`ExpiredToken`, or HTTP 401), the session
-//! is refreshed once (`com.atproto.server.refreshSession` with the refresh
-//! token) and the call is made again. Only a call the PDS refused before
-//! doing anything is repeated, so a write is never applied twice.
+//! Every request goes through [`Auth::send`] (`auth.rs`), which refreshes
+//! an expired session once and repeats the request.
 
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use atrium_api::client::AtpServiceClient;
@@ -21,27 +18,15 @@ use atrium_xrpc_client::reqwest::{ReqwestClient, ReqwestClientBuilder};
 use serde_json::Value;
 
 use super::SyncError;
+use super::auth::{Auth, BoxError, RefreshRefused, Tokens};
 use super::progress::{NoProgress, Progress};
-
-/// The session's two JWTs (createSession / refreshSession give both).
-#[derive(Clone)]
-struct Tokens {
-    access: String,
-    refresh: String,
-}
-
-type SharedTokens = Arc<RwLock<Option<Tokens>>>;
-
-fn read_tokens(tokens: &SharedTokens) -> Option<Tokens> {
-    tokens.read().unwrap_or_else(|e| e.into_inner()).clone()
-}
 
 /// The reqwest client plus the bearer tokens of the session, once logged in.
 pub(crate) struct AuthClient {
     inner: ReqwestClient,
     http: reqwest::Client,
     base: String,
-    tokens: SharedTokens,
+    auth: Arc<Auth>,
     progress: Arc<dyn Progress>,
 }
 
@@ -49,14 +34,16 @@ pub(crate) struct AuthClient {
 const GET_REPO_PATH: &str = "/xrpc/com.atproto.sync.getRepo";
 
 impl HttpClient for AuthClient {
-    async fn send_http(
-        &self,
-        request: Request<Vec<u8>>,
-    ) -> Result<Response<Vec<u8>>, Box<dyn std::error::Error + Send + Sync + 'static>> {
-        if request.uri().path() == GET_REPO_PATH {
-            return self.send_counting(request).await;
-        }
-        self.inner.send_http(request).await
+    async fn send_http(&self, request: Request<Vec<u8>>) -> Result<Response<Vec<u8>>, BoxError> {
+        self.auth
+            .send(request, |request| async {
+                if request.uri().path() == GET_REPO_PATH {
+                    self.send_counting(request).await
+                } else {
+                    self.inner.send_http(request).await
+                }
+            })
+            .await
     }
 }
 
@@ -66,7 +53,7 @@ impl AuthClient {
     async fn send_counting(
         &self,
         request: Request<Vec<u8>>,
-    ) -> Result<Response<Vec<u8>>, Box<dyn std::error::Error + Send + Sync + 'static>> {
+    ) -> Result<Response<Vec<u8>>, BoxError> {
         let mut response = self.http.execute(request.try_into()?).await?;
         let mut builder = Response::builder().status(response.status());
         for (k, v) in response.headers() {
@@ -102,15 +89,13 @@ impl XrpcClient for AuthClient {
 
     /// The access token, or the refresh token for refreshSession.
     async fn authorization_token(&self, is_refresh: bool) -> Option<AuthorizationToken> {
-        read_tokens(&self.tokens)
-            .map(|t| AuthorizationToken::Bearer(if is_refresh { t.refresh } else { t.access }))
+        let token = if is_refresh {
+            self.auth.refresh_token()
+        } else {
+            self.auth.access()
+        };
+        token.map(AuthorizationToken::Bearer)
     }
-}
-
-/// Whether the PDS refused a call because the access token expired: the
-/// reference PDS answers 400 `ExpiredToken`; other servers answer 401.
-fn is_expired_token(e: &SyncError) -> bool {
-    matches!(e, SyncError::Xrpc { status, error, .. } if *status == 401 || error == "ExpiredToken")
 }
 
 /// A logged-in session with a PDS.
@@ -118,7 +103,9 @@ pub struct Session {
     rt: tokio::runtime::Runtime,
     api: AtpServiceClient<AuthClient>,
     http: reqwest::Client,
-    tokens: SharedTokens,
+    /// `http` as atrium's `HttpClient`, for the one call posted as JSON.
+    plain: ReqwestClient,
+    auth: Arc<Auth>,
     progress: Arc<dyn Progress>,
     service: String,
     did: String,
@@ -164,15 +151,31 @@ fn xrpc_error<E: std::fmt::Debug + std::fmt::Display>(
                 message: message.unwrap_or_default(),
             }
         }
-        Error::HttpClient(e) => SyncError::Unreachable {
-            url: service.to_owned(),
-            reason: error_chain(&*e),
-        },
+        Error::HttpClient(e) => transport_error(service, &*e),
         other => SyncError::Xrpc {
             method,
             status: 0,
             error: "BadResponse".into(),
             message: other.to_string(),
+        },
+    }
+}
+
+/// An error of the HTTP layer: a refused session refresh, or the PDS
+/// could not be reached.
+fn transport_error(
+    service: &str,
+    e: &(dyn std::error::Error + Send + Sync + 'static),
+) -> SyncError {
+    match e.downcast_ref::<RefreshRefused>() {
+        Some(r) => SyncError::SessionExpired {
+            service: service.to_owned(),
+            cause: r.cause.clone(),
+            refresh: r.answer.clone(),
+        },
+        None => SyncError::Unreachable {
+            url: service.to_owned(),
+            reason: error_chain(e),
         },
     }
 }
@@ -227,12 +230,12 @@ impl Session {
         let inner = ReqwestClientBuilder::new(&service)
             .client(http.clone())
             .build();
-        let tokens: SharedTokens = Arc::new(RwLock::new(None));
+        let auth = Arc::new(Auth::new(http.clone(), &service));
         let api = AtpServiceClient::new(AuthClient {
-            inner,
+            inner: inner.clone(),
             http: http.clone(),
             base: service.clone(),
-            tokens: tokens.clone(),
+            auth: auth.clone(),
             progress: progress.clone(),
         });
         let input = server::create_session::InputData {
@@ -252,14 +255,15 @@ impl Session {
                     other => other,
                 },
             )?;
-        *tokens.write().unwrap_or_else(|e| e.into_inner()) = Some(Tokens {
+        auth.set(Tokens {
             access: out.data.access_jwt.clone(),
             refresh: out.data.refresh_jwt.clone(),
         });
         Ok(Session {
             rt,
             http,
-            tokens,
+            plain: inner,
+            auth,
             progress,
             did: out.data.did.as_str().to_owned(),
             handle: out.data.handle.as_str().to_owned(),
@@ -288,18 +292,6 @@ impl Session {
         &*self.progress
     }
 
-    /// Runs an authenticated call; if the PDS says the access token
-    /// expired, refreshes the session once and runs it again.
-    fn authed<T>(&self, mut call: impl FnMut() -> Result<T, SyncError>) -> Result<T, SyncError> {
-        match call() {
-            Err(e) if is_expired_token(&e) => {
-                self.refresh(&e)?;
-                call()
-            }
-            other => other,
-        }
-    }
-
     /// Passes a write call's result on, telling the progress hooks about
     /// its `writes` when the PDS acknowledged them.
     fn acknowledged<T>(&self, writes: usize, result: Result<T, SyncError>) -> Result<T, SyncError> {
@@ -307,29 +299,6 @@ impl Session {
             self.progress.pushed(writes as u64);
         }
         result
-    }
-
-    /// `com.atproto.server.refreshSession`: new access and refresh tokens.
-    /// `cause` is the error that made the refresh necessary.
-    fn refresh(&self, cause: &SyncError) -> Result<(), SyncError> {
-        const METHOD: &str = "com.atproto.server.refreshSession";
-        let out = self
-            .rt
-            .block_on(self.api.service.com.atproto.server.refresh_session())
-            .map_err(|e| match xrpc_error(&self.service, METHOD, e) {
-                unreachable @ SyncError::Unreachable { .. } => unreachable,
-                refused => SyncError::SessionExpired {
-                    service: self.service.clone(),
-                    cause: cause.to_string(),
-                    refresh: refused.to_string(),
-                },
-            })?;
-        tracing::debug!(did = %self.did, "session refreshed");
-        *self.tokens.write().unwrap_or_else(|e| e.into_inner()) = Some(Tokens {
-            access: out.data.access_jwt.clone(),
-            refresh: out.data.refresh_jwt.clone(),
-        });
-        Ok(())
     }
 
     fn repo_id(&self) -> Result<AtIdentifier, SyncError> {
@@ -350,26 +319,19 @@ impl Session {
         writes: Vec<repo::apply_writes::InputWritesItem>,
         swap_commit: Option<cid::Cid>,
     ) -> Result<repo::apply_writes::OutputData, SyncError> {
+        let count = writes.len();
         let input = repo::apply_writes::InputData {
             repo: self.repo_id()?,
             swap_commit: swap_commit.map(atrium_api::types::string::Cid::new),
             validate: None,
             writes,
         };
-        let result = self.authed(|| {
-            self.rt
-                .block_on(
-                    self.api
-                        .service
-                        .com
-                        .atproto
-                        .repo
-                        .apply_writes(input.clone().into()),
-                )
-                .map(|o| o.data)
-                .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.applyWrites", e))
-        });
-        self.acknowledged(input.writes.len(), result)
+        let result = self
+            .rt
+            .block_on(self.api.service.com.atproto.repo.apply_writes(input.into()))
+            .map(|o| o.data)
+            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.applyWrites", e));
+        self.acknowledged(count, result)
     }
 
     /// `com.atproto.repo.putRecord` replacing the record whose CID is
@@ -391,19 +353,11 @@ impl Session {
             swap_record: Some(atrium_api::types::string::Cid::new(swap)),
             validate: None,
         };
-        let result = self.authed(|| {
-            self.rt
-                .block_on(
-                    self.api
-                        .service
-                        .com
-                        .atproto
-                        .repo
-                        .put_record(input.clone().into()),
-                )
-                .map(|o| o.data.cid.as_ref().to_string())
-                .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.putRecord", e))
-        });
+        let result = self
+            .rt
+            .block_on(self.api.service.com.atproto.repo.put_record(input.into()))
+            .map(|o| o.data.cid.as_ref().to_string())
+            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.putRecord", e));
         self.acknowledged(1, result)
     }
 
@@ -421,19 +375,18 @@ impl Session {
             swap_commit: None,
             swap_record: Some(atrium_api::types::string::Cid::new(swap)),
         };
-        let result = self.authed(|| {
-            self.rt
-                .block_on(
-                    self.api
-                        .service
-                        .com
-                        .atproto
-                        .repo
-                        .delete_record(input.clone().into()),
-                )
-                .map(|_| ())
-                .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.deleteRecord", e))
-        });
+        let result = self
+            .rt
+            .block_on(
+                self.api
+                    .service
+                    .com
+                    .atproto
+                    .repo
+                    .delete_record(input.into()),
+            )
+            .map(|_| ())
+            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.deleteRecord", e));
         self.acknowledged(1, result)
     }
 
@@ -456,31 +409,39 @@ impl Session {
             "record": record,
             "swapRecord": null,
         });
-        let result = self.authed(|| self.post_json(METHOD, &body));
+        let result = self.post_json(METHOD, &body);
         self.acknowledged(1, result)
     }
 
-    /// POSTs `body` to XRPC `method` with the access token; returns the
-    /// answer's `cid`.
+    /// POSTs `body` to XRPC `method` with the access token (through
+    /// [`Auth::send`], like every other call); returns the answer's `cid`.
     fn post_json(&self, method: &'static str, body: &Value) -> Result<String, SyncError> {
-        let tokens = read_tokens(&self.tokens);
-        let url = format!("{}/xrpc/{method}", self.service);
-        let (status, text) = self.rt.block_on(async {
-            let mut req = self.http.post(&url).json(body);
-            if let Some(t) = tokens {
-                req = req.bearer_auth(t.access);
-            }
-            let resp = req.send().await.map_err(|e| SyncError::Unreachable {
-                url: self.service.clone(),
-                reason: error_chain(&e),
-            })?;
-            let status = resp.status().as_u16();
-            let text = resp.text().await.map_err(|e| SyncError::Unreachable {
-                url: self.service.clone(),
-                reason: error_chain(&e),
-            })?;
-            Ok::<_, SyncError>((status, text))
-        })?;
+        let bad_request = |e: String| SyncError::Xrpc {
+            method,
+            status: 0,
+            error: "BadRequest".into(),
+            message: e,
+        };
+        let bytes = serde_json::to_vec(body).map_err(|e| bad_request(e.to_string()))?;
+        let mut request = Request::builder()
+            .method("POST")
+            .uri(format!("{}/xrpc/{method}", self.service))
+            .header("content-type", "application/json");
+        if let Some(token) = self.auth.access() {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let request = request
+            .body(bytes)
+            .map_err(|e| bad_request(e.to_string()))?;
+        let response = self
+            .rt
+            .block_on(
+                self.auth
+                    .send(request, |r| async { self.plain.send_http(r).await }),
+            )
+            .map_err(|e| transport_error(&self.service, &*e))?;
+        let status = response.status().as_u16();
+        let text = String::from_utf8_lossy(response.body()).into_owned();
         let json: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if status != 200 {
             return Err(SyncError::Xrpc {
@@ -510,18 +471,9 @@ impl Session {
             message: e.to_string(),
         })?;
         let params = sync::get_repo::ParametersData { did, since: None };
-        self.authed(|| {
-            self.rt
-                .block_on(
-                    self.api
-                        .service
-                        .com
-                        .atproto
-                        .sync
-                        .get_repo(params.clone().into()),
-                )
-                .map_err(|e| xrpc_error(&self.service, "com.atproto.sync.getRepo", e))
-        })
+        self.rt
+            .block_on(self.api.service.com.atproto.sync.get_repo(params.into()))
+            .map_err(|e| xrpc_error(&self.service, "com.atproto.sync.getRepo", e))
     }
 
     /// `GET {plc}/{did}`: the account's DID document.
@@ -584,18 +536,9 @@ impl Session {
             did: self.did_param(METHOD)?,
             since,
         };
-        self.authed(|| {
-            self.rt
-                .block_on(
-                    self.api
-                        .service
-                        .com
-                        .atproto
-                        .sync
-                        .get_repo(params.clone().into()),
-                )
-                .map_err(|e| xrpc_error(&self.service, METHOD, e))
-        })
+        self.rt
+            .block_on(self.api.service.com.atproto.sync.get_repo(params.into()))
+            .map_err(|e| xrpc_error(&self.service, METHOD, e))
     }
 
     /// `com.atproto.sync.getLatestCommit`: the head commit's CID and rev.
@@ -604,19 +547,17 @@ impl Session {
         let params = sync::get_latest_commit::ParametersData {
             did: self.did_param(METHOD)?,
         };
-        self.authed(|| {
-            self.rt
-                .block_on(
-                    self.api
-                        .service
-                        .com
-                        .atproto
-                        .sync
-                        .get_latest_commit(params.clone().into()),
-                )
-                .map(|o| (*o.data.cid.as_ref(), o.data.rev.as_str().to_owned()))
-                .map_err(|e| xrpc_error(&self.service, METHOD, e))
-        })
+        self.rt
+            .block_on(
+                self.api
+                    .service
+                    .com
+                    .atproto
+                    .sync
+                    .get_latest_commit(params.into()),
+            )
+            .map(|o| (*o.data.cid.as_ref(), o.data.rev.as_str().to_owned()))
+            .map_err(|e| xrpc_error(&self.service, METHOD, e))
     }
 
     /// `com.atproto.sync.getBlocks`: a CAR of the given blocks.
@@ -629,17 +570,8 @@ impl Session {
                 .collect(),
             did: self.did_param(METHOD)?,
         };
-        self.authed(|| {
-            self.rt
-                .block_on(
-                    self.api
-                        .service
-                        .com
-                        .atproto
-                        .sync
-                        .get_blocks(params.clone().into()),
-                )
-                .map_err(|e| xrpc_error(&self.service, METHOD, e))
-        })
+        self.rt
+            .block_on(self.api.service.com.atproto.sync.get_blocks(params.into()))
+            .map_err(|e| xrpc_error(&self.service, METHOD, e))
     }
 }

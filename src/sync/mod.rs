@@ -39,6 +39,7 @@
 //! §6; until then a device that joins through the PDS seals for the first
 //! device's DID, see `device::join_synced`).
 
+mod auth;
 mod batch;
 mod client;
 pub mod merge;
