@@ -34,7 +34,7 @@
 //! [`status`] compares without changing anything: `getLatestCommit`
 //! against the mirrored head, MST diffs for the counts.
 //!
-//! Not done here (issue 7): token refresh during long pushes, blobs,
+//! Not done here (issue 7): blobs,
 //! re-sealing a store linked to a did:key for the account's DID (DESIGN
 //! §6; until then a device that joins through the PDS seals for the first
 //! device's DID, see `device::join_synced`).
