@@ -8,9 +8,6 @@
 //! validation, a data-root mismatch, another account than the one this
 //! store is linked to); 2 usage or environment (PDS unreachable, local I/O,
 //! no repository). A failed pull leaves the local store as it was.
-//!
-//! On a terminal, a progress bar on stderr follows long pushes (records)
-//! and the repository download (bytes).
 
 use std::path::Path;
 
@@ -99,8 +96,9 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
     let Some(opts) = login_options(&args) else {
         return Outcome::Failed;
     };
-    // Bars go to stderr on a terminal only; the report on stdout is the
-    // same either way.
+    // A progress bar for long pushes (records) and downloads (bytes) goes
+    // to stderr on a terminal only; the report on stdout is the same
+    // either way.
     let report = match sync::sync_with_progress(data, &opts, progress::for_stderr()) {
         Ok(r) => r,
         Err(e) => return sync_failed(e),
