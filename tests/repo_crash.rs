@@ -105,7 +105,38 @@ fn verify_store(data: &Path) -> u64 {
     let want = expected(c);
     assert_eq!(actual.len(), want.len(), "record count after {c} commits");
     assert!(actual == want, "contents after {c} commits differ");
+    check_events(&repo, c);
     c
+}
+
+/// The event log holds exactly one `#commit` per stored commit (the first
+/// commit's and one per apply), and the last few verify as a chain ending
+/// at the head: an event exists iff its commit does.
+fn check_events(repo: &Repository, c: u64) {
+    use gelstore::repo::events::{Frame, decode_frame, verify_commit};
+    use gelstore::repo::keys::PublicKey;
+    assert_eq!(
+        repo.last_event_seq().unwrap(),
+        Some(c + 1),
+        "events after {c} commits"
+    );
+    let key = PublicKey::from_did_key(repo.did()).unwrap();
+    let (mut data, mut last) = (None, None);
+    for event in repo.events_since(Some(c.saturating_sub(3))).unwrap() {
+        let event = event.unwrap();
+        let Frame::Commit(commit) = decode_frame(&event.frame).unwrap() else {
+            panic!("event {} is not a #commit", event.seq);
+        };
+        // The chain starts at the first event read.
+        if last.is_none() {
+            data = commit.prev_data;
+        }
+        let verified = verify_commit(&commit, data, &key)
+            .unwrap_or_else(|e| panic!("event {} after a kill: {e}", event.seq));
+        data = Some(verified.data);
+        last = Some(verified.commit);
+    }
+    assert_eq!(last, Some(repo.head().commit), "the last event is the head");
 }
 
 /// The writer loop of the child process: commit after commit, each

@@ -13,10 +13,14 @@
 //! - [`records`]: checks a record before it is written (names, `$type`,
 //!   the project's lexicons, data model).
 //! - [`identity`]: the local signing key file.
+//! - [`events`]: the `subscribeRepos` `#commit` event stream: frames written
+//!   with each commit, cursors and retention, strict decoding and the
+//!   consumer's inductive check.
 
 pub mod blocks;
 pub mod car;
 pub mod commit;
+pub mod events;
 pub mod export;
 pub mod identity;
 pub mod keys;

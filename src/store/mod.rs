@@ -41,11 +41,19 @@ pub enum Table {
     Refs,
     /// Which commit created each live block: rev ‖ CID bytes → nothing.
     RevLog,
+    /// The repository event stream: seq (u64 BE) → event (see `repo::events`).
+    Events,
 }
 
 impl Table {
     /// Every table, in prefix order.
-    pub const ALL: [Table; 4] = [Table::Meta, Table::Blocks, Table::Refs, Table::RevLog];
+    pub const ALL: [Table; 5] = [
+        Table::Meta,
+        Table::Blocks,
+        Table::Refs,
+        Table::RevLog,
+        Table::Events,
+    ];
 
     /// The one-byte prefix of the table's keys in engines that keep all
     /// tables in one keyspace.
@@ -55,6 +63,7 @@ impl Table {
             Table::Blocks => b'b',
             Table::Refs => b'r',
             Table::RevLog => b'l',
+            Table::Events => b'e',
         }
     }
 
@@ -65,6 +74,7 @@ impl Table {
             Table::Blocks => "blocks",
             Table::Refs => "refs",
             Table::RevLog => "revlog",
+            Table::Events => "events",
         }
     }
 }

@@ -42,7 +42,8 @@ impl Repository {
     /// well-formed; every record block is present, hashes to its CID and is
     /// a valid record); the tree rebuilt from its entries has the same
     /// root; the store holds no other block; reference counts, the rev log
-    /// and the record count match.
+    /// and the record count match; the kept events are consecutive and the
+    /// newest is the head commit's.
     pub fn check(&self) -> Result<CheckReport, RepoError> {
         let bad = |what: String| Err(RepoError::Corrupt(what));
         let commit = self.commit()?;
@@ -151,6 +152,8 @@ impl Repository {
         if logged != rows.len() {
             return bad("some blocks are missing from the rev log".into());
         }
+        // Issue 8: the newest event is the head commit's.
+        self.check_events()?;
 
         Ok(CheckReport {
             did: self.did.clone(),

@@ -22,6 +22,8 @@
 //! | `Blocks` | CID bytes              | block bytes (commit, MST nodes, records) |
 //! | `Refs`   | CID bytes              | reference count ‖ creation rev (see `refs`) |
 //! | `RevLog` | rev (u64 BE) ‖ CID     | empty: the blocks each commit created |
+//! | `Meta`   | `event_seq`            | last event seq handed out (u64 BE) |
+//! | `Events` | seq (u64 BE)           | the `#commit` event (see `repo::events`) |
 //!
 //! # Invariants (checked by [`Repository::check`])
 //!
@@ -34,6 +36,9 @@
 //! - Every change (record blocks, new MST nodes, the commit, the new head,
 //!   counts, deletions) lands in one engine batch: all or nothing, durable
 //!   before [`Repository::apply`] returns.
+//! - Every commit this store signs appends its `#commit` event (issue 8,
+//!   `repo::events`) in that same batch: an event exists iff its commit
+//!   was stored. Imported or refreshed copies have no events.
 //! - `rev` strictly increases from commit to commit; `prev` is the previous
 //!   head.
 //!
@@ -47,13 +52,14 @@
 //! created again counts as created later, so it is included.
 
 mod check;
+mod events;
 mod export;
 mod import;
 mod refs;
 mod replica;
 mod walk;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -71,6 +77,7 @@ use self::refs::Accounting;
 use super::blocks::{BlockSource, StoreError};
 use super::car::CarError;
 use super::commit::{Commit, CommitError, UnsignedCommit};
+use super::events::{EventError, EventLog};
 use super::export::ExportError;
 use super::identity::{self, IdentityError};
 use super::keys::SigningKey;
@@ -194,6 +201,26 @@ pub enum RepoError {
     /// No further TID can be made (the clock is past year 2255).
     #[error(transparent)]
     Tid(#[from] TidError),
+    /// A firehose cursor past the last event (the `FutureCursor` error).
+    #[error("cursor {cursor} is in the future: the last event is {last}")]
+    FutureCursor {
+        /// The cursor given.
+        cursor: u64,
+        /// The last event's seq (0: none yet).
+        last: u64,
+    },
+    /// Events a reader had not read yet were pruned (it fell more than the
+    /// retention behind; a server answers `ConsumerTooSlow`).
+    #[error("events from {expected} were pruned before they were read (oldest kept: {oldest})")]
+    EventsPruned {
+        /// The seq the reader expected next.
+        expected: u64,
+        /// The next seq still kept.
+        oldest: u64,
+    },
+    /// An event could not be written.
+    #[error(transparent)]
+    Event(#[from] EventError),
     /// The store does not hold what its invariants promise.
     #[error("the store is corrupt: {0}")]
     Corrupt(String),
@@ -323,6 +350,8 @@ pub struct CommitInfo {
     pub ops: Vec<RecordOp>,
     /// Blocks written and deleted.
     pub blocks: BlockChanges,
+    /// The seq of the commit's `#commit` event (issue 8).
+    pub event_seq: u64,
 }
 
 /// A record read back.
@@ -358,6 +387,8 @@ pub struct Repository {
     /// and stay cached.
     mst: Mst<StoreBlocks>,
     clock: TidClock,
+    /// The `#commit` event log (issue 8).
+    events: EventLog,
 }
 
 impl std::fmt::Debug for Repository {
@@ -420,32 +451,50 @@ impl Repository {
         let commit_cid = commit.cid();
 
         let mut acc = Accounting::new();
+        let event_blocks = nodes.iter().cloned().collect(); // issue 8
         for (cid, bytes) in nodes {
             acc.add(cid, 1);
             acc.provide(cid, bytes);
         }
         acc.add(commit_cid, 1);
-        acc.provide(commit_cid, commit_bytes);
         let mut batch = Batch::new();
+        // Issue 8: the first commit's event (no ops, no since).
+        let head = Head {
+            commit: commit_cid,
+            rev,
+            data,
+        };
+        let mut log = EventLog::new();
+        let event = events::stage_commit_event(
+            &*engine,
+            &log,
+            &did,
+            &mut batch,
+            &mst,
+            &[],
+            (commit_cid, &commit_bytes),
+            head,
+            None,
+            event_blocks,
+        )?;
+        acc.provide(commit_cid, commit_bytes);
         acc.finish(Some(&*engine), rev, &mut batch)?;
         batch.put(Table::Meta, META_FORMAT, FORMAT);
         batch.put(Table::Meta, META_DID, did.as_bytes());
         batch.put(Table::Meta, META_RECORDS, 0u64.to_be_bytes());
         batch.put(Table::Meta, META_HEAD, commit_cid.to_bytes());
         engine.write(batch)?;
+        log.committed(event.seq);
         Ok(Repository {
             engine,
             blocks,
             did,
             key: Some(key),
-            head: Head {
-                commit: commit_cid,
-                rev,
-                data,
-            },
+            head,
             records: 0,
             mst,
             clock,
+            events: log,
         })
     }
 
@@ -496,6 +545,7 @@ impl Repository {
             }
         }
         let mst = Mst::load(blocks.clone(), commit.data())?;
+        let events = EventLog::open(&*engine)?;
         Ok(Repository {
             engine,
             blocks,
@@ -509,6 +559,7 @@ impl Repository {
             records,
             mst,
             clock: TidClock::new(),
+            events,
         })
     }
 
@@ -671,6 +722,8 @@ impl Repository {
         // Marks the new nodes as stored; if the batch below fails, `tree` is
         // dropped, so no node wrongly marked survives.
         let data = tree.write_new_blocks(&mut new_nodes)?;
+        // Issue 8: the new nodes and records also go into the event.
+        let mut event_blocks: BTreeMap<Cid, Vec<u8>> = new_nodes.iter().cloned().collect();
         for (cid, bytes) in new_nodes {
             acc.provide(cid, bytes);
         }
@@ -685,6 +738,7 @@ impl Repository {
             if let Some(cid) = op.cid {
                 acc.add(cid, 1);
                 if let Some(bytes) = record_blocks.remove(&cid) {
+                    event_blocks.insert(cid, bytes.clone()); // issue 8
                     acc.provide(cid, bytes);
                 }
             }
@@ -703,22 +757,38 @@ impl Repository {
         let commit =
             UnsignedCommit::new(self.did.clone(), data, rev, Some(self.head.commit))?.sign(&key);
         let commit_cid = commit.cid();
+        let commit_bytes = commit.to_cbor();
         acc.add(commit_cid, 1);
-        acc.provide(commit_cid, commit.to_cbor());
         acc.add(self.head.commit, -1);
 
         let mut batch = Batch::new();
-        let blocks = acc.finish(Some(&*self.engine), rev, &mut batch)?;
-        batch.put(Table::Meta, META_HEAD, commit_cid.to_bytes());
-        batch.put(Table::Meta, META_RECORDS, records.to_be_bytes());
-        self.engine.write(batch)?;
-
-        let prev = self.head.commit;
-        self.head = Head {
+        let new_head = Head {
             commit: commit_cid,
             rev,
             data,
         };
+        // Issue 8: the commit's `#commit` event lands in the same batch.
+        let event = events::stage_commit_event(
+            &*self.engine,
+            &self.events,
+            &self.did,
+            &mut batch,
+            &tree,
+            &diff.ops,
+            (commit_cid, &commit_bytes),
+            new_head,
+            Some(self.head),
+            event_blocks,
+        )?;
+        acc.provide(commit_cid, commit_bytes);
+        let blocks = acc.finish(Some(&*self.engine), rev, &mut batch)?;
+        batch.put(Table::Meta, META_HEAD, commit_cid.to_bytes());
+        batch.put(Table::Meta, META_RECORDS, records.to_be_bytes());
+        self.engine.write(batch)?;
+        self.events.committed(event.seq);
+
+        let prev = self.head.commit;
+        self.head = new_head;
         self.mst = tree;
         self.records = records;
         self.clock = clock;
@@ -727,6 +797,7 @@ impl Repository {
             prev: Some(prev),
             ops: diff.ops,
             blocks,
+            event_seq: event.seq,
         })
     }
 

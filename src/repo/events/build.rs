@@ -1,0 +1,100 @@
+//! The `#commit` event of one commit: its CAR slice and its body.
+
+use std::collections::BTreeMap;
+
+use cid::Cid;
+
+use super::frame::{CommitEvent, EventOp, OpAction};
+use super::{EventError, RepoEvent};
+use crate::repo::car::CarWriter;
+use crate::repo::mst::RecordOp;
+use crate::repo::tid::Tid;
+
+/// Most operations one `#commit` carries (the lexicon's `maxLength`); a
+/// commit with more is sent as `tooBig`.
+pub const MAX_OPS: usize = 200;
+
+/// Largest `blocks` CAR one `#commit` carries (the lexicon's `maxLength`);
+/// a commit with a larger slice is sent as `tooBig`.
+pub const MAX_BLOCKS_BYTES: usize = 1_000_000;
+
+/// What the repository knows about a commit when it appends its event.
+pub(crate) struct CommitEventParts<'a> {
+    pub did: &'a str,
+    pub commit: Cid,
+    pub commit_block: &'a [u8],
+    pub rev: Tid,
+    /// The previous commit's rev and MST root (`None` for the first one).
+    pub since: Option<(Tid, Cid)>,
+    /// The record operations, sorted by key.
+    pub ops: &'a [RecordOp],
+    /// Every other block the consumer needs: new MST nodes, new records and
+    /// the covering proofs of the changed keys in the new tree.
+    pub blocks: &'a BTreeMap<Cid, Vec<u8>>,
+}
+
+/// The stored event for `parts` with sequence number `seq`, stamped `time`.
+pub(crate) fn commit_frame(
+    seq: u64,
+    time: &str,
+    parts: &CommitEventParts<'_>,
+) -> Result<RepoEvent, EventError> {
+    let ops: Vec<EventOp> = parts.ops.iter().map(event_op).collect();
+    let full = car(parts, true)?;
+    let too_big = ops.len() > MAX_OPS || full.len() > MAX_BLOCKS_BYTES;
+    let (ops, blocks) = if too_big {
+        (Vec::new(), car(parts, false)?)
+    } else {
+        (ops, full)
+    };
+    let event = CommitEvent {
+        seq,
+        rebase: false,
+        too_big,
+        repo: parts.did.to_owned(),
+        commit: parts.commit,
+        rev: parts.rev.to_string(),
+        since: parts.since.map(|(rev, _)| rev.to_string()),
+        blocks,
+        ops,
+        prev_data: parts.since.map(|(_, data)| data),
+        blobs: Vec::new(),
+        time: time.to_owned(),
+    };
+    Ok(RepoEvent {
+        seq,
+        time: time.to_owned(),
+        frame: event.to_frame()?,
+    })
+}
+
+fn event_op(op: &RecordOp) -> EventOp {
+    let action = match (op.prev, op.cid) {
+        (None, _) => OpAction::Create,
+        (Some(_), Some(_)) => OpAction::Update,
+        (Some(_), None) => OpAction::Delete,
+    };
+    EventOp {
+        action,
+        path: op.key.clone(),
+        cid: op.cid,
+        prev: op.prev,
+    }
+}
+
+/// The CAR slice: root and first block the commit, then (with `all`) the
+/// other blocks in CID order.
+fn car(parts: &CommitEventParts<'_>, all: bool) -> Result<Vec<u8>, EventError> {
+    let enc = |e: crate::repo::car::CarError| EventError::Encode(e.to_string());
+    let mut w = CarWriter::new(Vec::new(), &[parts.commit]).map_err(enc)?;
+    w.write_block(&parts.commit, parts.commit_block)
+        .map_err(enc)?;
+    if all {
+        for (cid, bytes) in parts.blocks {
+            if *cid != parts.commit {
+                w.write_block(cid, bytes).map_err(enc)?;
+            }
+        }
+    }
+    w.finish().map_err(enc)
+}
