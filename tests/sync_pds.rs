@@ -328,12 +328,18 @@ fn device_chat_sync_verify_and_resync() {
         local.len()
     );
 
-    // A crash between the PDS's commit and our marker: the marker is lost,
-    // the push is retried record by record (create-if-absent), nothing is
-    // duplicated and no new commit is made.
+    // The marker and mirror lost (a crash before the first save): the full
+    // pull re-learns what the PDS holds, every record equals the local one,
+    // so nothing is merged, nothing pushed and no new commit is made.
     std::fs::remove_file(d.join("sync.json")).unwrap();
     let retry: Value = serde_json::from_str(&ok(d, &sync_args(&pds, &pds.password))).unwrap();
-    assert_eq!(retry["push"]["retried"], ours as u64, "{retry}");
+    assert_eq!(retry["push"]["retried"], 0, "{retry}");
+    assert_eq!(retry["push"]["created"], 0, "{retry}");
+    assert_eq!(retry["push"]["unchanged"], ours as u64, "{retry}");
+    assert_eq!(
+        retry["merged"],
+        serde_json::json!({"created": 0, "updated": 0, "deleted": 0, "conflicts": 0})
+    );
     assert_eq!(retry["pull"]["rev"], rev.to_string());
     assert_eq!(retry["pull"]["data_matches"], true);
 

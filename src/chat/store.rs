@@ -239,7 +239,7 @@ impl ChatStore {
     }
 
     fn did(&self) -> &str {
-        self.device.repo().did()
+        self.device.account_did()
     }
 
     fn chat_uri(&self, chat: &str) -> Result<AtUri> {

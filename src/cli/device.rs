@@ -29,13 +29,14 @@ pub enum DeviceCommand {
     Init(InitArgs),
     /// On a new device: make its key and print a pairing code to approve on
     /// a paired device. Prints the same code until the pairing completes.
-    Pair(FormatArg),
+    Pair(PairArgs),
     /// On a paired device: admit the new device whose code is given; prints
     /// its id.
     Approve(ApproveArgs),
-    /// On the new device: take in the account's records from a CAR exported
-    /// by the device that holds the repository (`gelstore repo export`),
-    /// completing a pending pairing. Run it again with a newer export to
+    /// On the new device: complete a pending pairing from the records a
+    /// `gelstore sync` brought in, or (`--from`) take in the account's
+    /// records from a CAR exported by the device that holds the repository
+    /// (`gelstore repo export`); run that again with a newer export to
     /// refresh the copy.
     Join(JoinArgs),
     /// List the account's devices: which are admitted, and the current
@@ -48,6 +49,21 @@ pub enum DeviceCommand {
 
 #[derive(Args, Debug)]
 pub struct FormatArg {
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct PairArgs {
+    /// Also write this device's `device` record into the data folder's own
+    /// repository (made if missing), for pairing through a PDS: `gelstore
+    /// sync` pushes it, a paired device approves the code and syncs, then
+    /// `gelstore sync` and `gelstore device join` here.
+    #[arg(long)]
+    pub publish: bool,
+    /// What to call this device (in its `device` record, with --publish).
+    #[arg(long, requires = "publish")]
+    pub name: Option<String>,
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }
@@ -74,9 +90,15 @@ pub struct ApproveArgs {
 
 #[derive(Args, Debug)]
 pub struct JoinArgs {
-    /// The repository CAR exported by the device that holds the repository.
+    /// The repository CAR exported by the device that holds the repository
+    /// (without it: the records already in this store, brought by sync).
     #[arg(long, value_name = "FILE.car")]
-    pub from: PathBuf,
+    pub from: Option<PathBuf>,
+    /// The DID the account's records are sealed for (`gelstore device ls`
+    /// on a paired device shows it); without it, it is found in the
+    /// records. Only without --from.
+    #[arg(long, value_name = "DID", conflicts_with = "from")]
+    pub account_did: Option<String>,
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }
@@ -125,7 +147,7 @@ type Result<T> = std::result::Result<T, Failure>;
 pub fn run(data: &Path, cmd: DeviceCommand) -> Outcome {
     let result = match cmd {
         DeviceCommand::Init(a) => init(data, a),
-        DeviceCommand::Pair(a) => pair(data, a.format),
+        DeviceCommand::Pair(a) => pair(data, a),
         DeviceCommand::Approve(a) => approve(data, a),
         DeviceCommand::Join(a) => join(data, a),
         DeviceCommand::Ls(a) => ls(data, a.format),
@@ -157,22 +179,34 @@ fn init(data: &Path, args: InitArgs) -> Result<()> {
     Ok(())
 }
 
-fn pair(data: &Path, format: Format) -> Result<()> {
+fn pair(data: &Path, args: PairArgs) -> Result<()> {
     let out = device::pair(data, &mut os_rng())?;
-    match format {
+    let published = if args.publish {
+        Some(device::publish(data, args.name.as_deref())?)
+    } else {
+        None
+    };
+    match args.format {
         Format::Human => {
             say(&out.code);
             eprintln!(
                 "approve this code on a paired device: gelstore device approve {}",
                 out.code
             );
-            eprintln!(
-                "then export that device's repository (gelstore repo export --out FILE.car) and run here: gelstore device join --from FILE.car"
-            );
+            if let Some(id) = &published {
+                eprintln!(
+                    "device record {id} written: run gelstore sync here, then on the paired device sync, approve and sync again; then here: gelstore sync, gelstore device join"
+                );
+            } else {
+                eprintln!(
+                    "then export that device's repository (gelstore repo export --out FILE.car) and run here: gelstore device join --from FILE.car"
+                );
+            }
         }
         Format::Json => say(json!({
             "code": out.code.to_string(),
             "created": out.created,
+            "device": published,
         })),
     }
     Ok(())
@@ -207,10 +241,14 @@ fn approve(data: &Path, args: ApproveArgs) -> Result<()> {
 }
 
 fn join(data: &Path, args: JoinArgs) -> Result<()> {
-    let out = device::join(data, &args.from)?;
+    let out = match &args.from {
+        Some(car) => device::join(data, car)?,
+        None => device::join_synced(data, args.account_did.as_deref())?,
+    };
     let refresh = match out.refresh {
-        Refresh::Imported => "imported",
-        Refresh::Replaced => "replaced",
+        Some(Refresh::Imported) => "imported",
+        Some(Refresh::Replaced) => "replaced",
+        None => "synced",
     };
     match args.format {
         Format::Human => {
@@ -221,10 +259,17 @@ fn join(data: &Path, args: JoinArgs) -> Result<()> {
                     out.device, out.did, out.epoch
                 );
             }
-            eprintln!(
-                "read-only copy {refresh}: {} record(s); this device holds account epoch {}",
-                out.records, out.epoch
-            );
+            if out.refresh.is_some() {
+                eprintln!(
+                    "read-only copy {refresh}: {} record(s); this device holds account epoch {}",
+                    out.records, out.epoch
+                );
+            } else {
+                eprintln!(
+                    "joined from the synced records: {} record(s); this device holds account epoch {}",
+                    out.records, out.epoch
+                );
+            }
             if out.newest_epoch > out.epoch {
                 eprintln!(
                     "warning: the records mention account epoch {}, newer than this device holds: it was removed (or a rotation has not reached it) and cannot open what is sealed in that epoch",
@@ -262,7 +307,7 @@ fn ls(data: &Path, format: Format) -> Result<()> {
     let epoch = dev.keyring().account_epoch();
     match format {
         Format::Human => {
-            say(format_args!("account  {}", dev.repo().did()));
+            say(format_args!("account  {}", dev.account_did()));
             say(format_args!(
                 "epoch    {epoch}{}",
                 if dev.is_behind() {
@@ -295,7 +340,7 @@ fn ls(data: &Path, format: Format) -> Result<()> {
         Format::Json => {
             let devices: Vec<Value> = listing.iter().map(listing_json).collect();
             say(json!({
-                "did": dev.repo().did(),
+                "did": dev.account_did(),
                 "device": dev.id(),
                 "epoch": epoch,
                 "newestEpoch": dev.newest_epoch(),

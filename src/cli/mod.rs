@@ -9,6 +9,7 @@ mod repo;
 mod report;
 mod serve;
 mod sync;
+mod sync_status;
 
 pub use lex::sync_generated;
 
@@ -114,8 +115,9 @@ pub enum Command {
     /// approvals, approve.
     #[command(subcommand)]
     Chat(chat::ChatCommand),
-    /// Push the local chat records to a PDS, then fetch and verify its
-    /// repository.
+    /// Sync with a PDS: pull and merge the other devices' records, push
+    /// this store's, check the PDS's new root (`sync status`: compare only).
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Sync(sync::SyncArgs),
     /// Serve the data folder's repository over XRPC to atproto clients.
     Serve(serve::ServeArgs),

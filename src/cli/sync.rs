@@ -1,11 +1,13 @@
-//! `gelstore sync`: push the local `chat.gel.assistant.*` records to a PDS,
-//! then fetch its repository and verify it (signature against the DID
-//! document's `#atproto` key, MST, records).
+//! `gelstore sync`: pull and merge what other devices pushed, push this
+//! store's `chat.gel.assistant.*` changes, check the PDS's new root (see
+//! `crate::sync`); `gelstore sync status` compares only
+//! (`cli/sync_status.rs`).
 //!
 //! Exit codes: 0 synced; 1 refused (bad credentials, a PDS error, a
-//! repository that fails verification, another account than the one this
+//! repository that fails verification, a pulled record that fails
+//! validation, a data-root mismatch, another account than the one this
 //! store is linked to); 2 usage or environment (PDS unreachable, local I/O,
-//! no repository). A failed sync leaves the local store as it was.
+//! no repository). A failed pull leaves the local store as it was.
 
 use std::path::Path;
 
@@ -20,6 +22,25 @@ pub const PASSWORD_ENV: &str = "GELSTORE_PASSWORD";
 
 #[derive(Args, Debug)]
 pub struct SyncArgs {
+    #[command(subcommand)]
+    pub command: Option<SyncCommand>,
+    /// `None` only with a subcommand (clap enforces `--pds` and
+    /// `--identifier` otherwise).
+    #[command(flatten)]
+    pub login: Option<LoginArgs>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum SyncCommand {
+    /// Compare the store with the PDS without changing either: in sync, or
+    /// how many records are to push and to pull.
+    Status(LoginArgs),
+}
+
+/// The PDS, the account and the output format (shared by `sync` and `sync
+/// status`).
+#[derive(Args, Debug)]
+pub struct LoginArgs {
     /// The PDS URL (e.g. `https://pds.example.com`).
     #[arg(long, value_name = "URL")]
     pub pds: String,
@@ -37,34 +58,50 @@ pub struct SyncArgs {
     pub format: Format,
 }
 
-pub fn run(data: &Path, args: SyncArgs) -> Outcome {
+/// The options of a login, the password from the environment if not given.
+pub(super) fn login_options(args: &LoginArgs) -> Option<SyncOptions> {
     let Some(password) = args
         .password
         .clone()
         .or_else(|| std::env::var(PASSWORD_ENV).ok())
     else {
         eprintln!("error: no password: give --password or set {PASSWORD_ENV}");
-        return Outcome::Failed;
+        return None;
     };
-    let opts = SyncOptions {
+    Some(SyncOptions {
         service: args.pds.clone(),
         identifier: args.identifier.clone(),
         password,
         plc: args.plc.clone(),
+    })
+}
+
+pub(super) fn sync_failed(e: sync::SyncError) -> Outcome {
+    eprintln!("error: sync: {e}");
+    if e.is_environment() {
+        Outcome::Failed
+    } else {
+        Outcome::Findings
+    }
+}
+
+pub fn run(data: &Path, args: SyncArgs) -> Outcome {
+    if let Some(SyncCommand::Status(login)) = args.command {
+        return super::sync_status::run(data, &login);
+    }
+    let Some(args) = args.login else {
+        eprintln!("error: sync needs --pds URL and --identifier HANDLE_OR_DID");
+        return Outcome::Failed;
+    };
+    let Some(opts) = login_options(&args) else {
+        return Outcome::Failed;
     };
     // A progress bar for long pushes (records) and downloads (bytes) goes
     // to stderr on a terminal only; the report on stdout is the same
     // either way.
     let report = match sync::sync_with_progress(data, &opts, progress::for_stderr()) {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("error: sync: {e}");
-            return if e.is_environment() {
-                Outcome::Failed
-            } else {
-                Outcome::Findings
-            };
-        }
+        Err(e) => return sync_failed(e),
     };
     match args.format {
         Format::Json => say(json!(report)),
@@ -74,22 +111,37 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
                 "pushed to {} ({}): {} created, {} updated, {} deleted, {} unchanged",
                 report.service, report.did, p.created, p.updated, p.deleted, p.unchanged
             ));
+            let m = &report.merged;
+            say(format_args!(
+                "pulled: {} created, {} updated, {} deleted{}",
+                m.created,
+                m.updated,
+                m.deleted,
+                if m.conflicts > 0 {
+                    format!(
+                        "; {} conflict(s): the PDS's version kept, this device's in {}",
+                        m.conflicts,
+                        sync::merge::CONFLICTS_FILE
+                    )
+                } else {
+                    String::new()
+                }
+            ));
             let r = &report.pull;
             say(format_args!(
-                "verified the PDS repository: rev {}, {} records ({} ours), signed by {}",
-                r.rev, r.records, r.our_records, r.signing_key
+                "PDS repository at rev {}: {} records ({} ours), signed by {}; downloaded {} bytes ({} full, {} since pulls)",
+                r.rev,
+                r.records,
+                r.our_records,
+                r.signing_key,
+                r.car_bytes,
+                r.full_pulls,
+                r.since_pulls
             ));
-            if r.data_matches {
-                say(format_args!(
-                    "in sync: data {} matches the local root",
-                    r.data
-                ));
-            } else {
-                say(format_args!(
-                    "not in sync: the PDS's data {} differs from the local root {} (the PDS holds records this store does not)",
-                    r.data, r.expected_data
-                ));
-            }
+            say(format_args!(
+                "in sync: data {} matches the local root",
+                r.data
+            ));
         }
     }
     Outcome::Clean

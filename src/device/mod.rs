@@ -20,13 +20,16 @@
 //! admission. The new device then takes the records in with [`join`].
 //! [`remove`] starts a new account epoch without the removed device.
 //!
-//! **Until sync exists** the repository is signed by one store (the first
+//! **Without a PDS** the repository is signed by one store (the first
 //! device's), and other devices hold a read-only copy of it, refreshed from
 //! that store's CAR export ([`join`] with the file, through
 //! [`Repository::refresh`]). They can open everything they were admitted to
-//! but write nothing. Sync with a PDS replaces the file: every device pulls
-//! and pushes the same repository, and a new device writes its own `device`
-//! record.
+//! but write nothing. **With a PDS** (`crate::sync`) every device keeps its
+//! own writable store and the PDS's repository is the shared one: a new
+//! device writes its own `device` record ([`publish`]), syncs, and after the
+//! approval has been synced completes the pairing from the records in its
+//! own store ([`join_synced`]). Its records are sealed for the first
+//! device's DID ([`Device::account_did`]), kept in `device.json`.
 
 pub mod records;
 pub mod state;
@@ -87,7 +90,7 @@ pub enum DeviceError {
     },
     /// A write on a read-only copy of the repository.
     #[error(
-        "this data folder holds a read-only copy of {did}'s repository (taken in with `device join`); run this on the device that holds the repository (until sync exists)"
+        "this data folder holds a read-only copy of {did}'s repository (taken in with `device join --from`); run this on the device that holds the repository, or pair this device through a PDS (`gelstore device pair --publish` in a new data folder)"
     )]
     ReadOnlyCopy {
         /// The account DID.
@@ -152,6 +155,8 @@ impl From<RepoError> for DeviceError {
 /// re-derived from its records.
 pub struct Device {
     repo: Repository,
+    /// The DID records are sealed for (see [`DeviceState::account_did`]).
+    did: String,
     keyring: Keyring,
     records: KeyRecords,
     report: AbsorbReport,
@@ -233,8 +238,9 @@ pub struct JoinOutcome {
     /// Whether this join admitted the device (false: it was, and only the
     /// copy was refreshed).
     pub newly_paired: bool,
-    /// How the copy was updated.
-    pub refresh: Refresh,
+    /// How the copy was updated (`None`: joined from the records a sync
+    /// brought in).
+    pub refresh: Option<Refresh>,
     /// Records in the copy.
     pub records: u64,
     /// The newest account epoch this device holds.
@@ -297,20 +303,26 @@ impl Device {
         let (Some(device), Some(account)) = (&state.device, &state.account_key_id) else {
             return Err(not_paired(&state));
         };
-        let (keyring, report) = Keyring::rejoin(
-            repo.did(),
-            device,
-            key,
-            &state.request(),
-            account,
-            &records.wraps,
-        )?;
+        let did = state
+            .account_did
+            .clone()
+            .unwrap_or_else(|| repo.did().to_owned());
+        let (keyring, report) =
+            Keyring::rejoin(&did, device, key, &state.request(), account, &records.wraps)?;
         Ok(Device {
             repo,
+            did,
             keyring,
             records,
             report,
         })
+    }
+
+    /// The account DID records are sealed for and named by (at-uris): the
+    /// repository's own, or the first device's for a device that joined
+    /// through a PDS.
+    pub fn account_did(&self) -> &str {
+        &self.did
     }
 
     /// The repository.
@@ -402,7 +414,7 @@ impl Device {
             let content = record_from_json(&item.content)
                 .map_err(|e| SealError::invalid_plaintext(format!("content: {e}")))?;
             let place = Place {
-                did: self.repo.did(),
+                did: &self.did,
                 collection: &item.collection,
                 rkey: &item.rkey,
             };
@@ -451,7 +463,7 @@ impl Device {
         let record = record_from_json(&entry.value)
             .map_err(|e| SealError::malformed("record", e.to_string()))?;
         let place = Place {
-            did: self.repo.did(),
+            did: &self.did,
             collection,
             rkey,
         };
@@ -544,6 +556,7 @@ pub fn init(
             pairing: pair_request(&key, rng).code().clone(),
             device: None,
             account_key_id: None,
+            account_did: None,
         },
     };
     if state.pairing.public_key != key.public_key() {
@@ -643,6 +656,7 @@ pub fn pair(dir: impl AsRef<Path>, rng: &mut impl CryptoRng) -> Result<PairOutco
         pairing: code.clone(),
         device: None,
         account_key_id: None,
+        account_did: None,
     }
     .save(dir)?;
     Ok(PairOutcome {
@@ -708,22 +722,58 @@ pub fn approve(
     })
 }
 
+/// Publishes the pending device of `dir` for pairing through a PDS: makes
+/// the data folder's own (writable) repository if missing and writes this
+/// device's `device` record in it, so the next `gelstore sync` pushes it
+/// and a paired device finds it when it approves the code. Returns the
+/// record key. Idempotent; refused on an admitted device and on a
+/// read-only copy.
+pub fn publish(dir: impl AsRef<Path>, name: Option<&str>) -> Result<String, DeviceError> {
+    let dir = dir.as_ref();
+    let mut state = DeviceState::load(dir)?.ok_or_else(|| DeviceError::NoDevice {
+        path: dir.display().to_string(),
+    })?;
+    if let (true, Some(device)) = (state.is_admitted(), &state.device) {
+        return Err(DeviceError::AlreadyPaired {
+            device: device.clone(),
+        });
+    }
+    let key = load_device_key(dir)?;
+    let mut repo = Repository::init(dir)?;
+    if !repo.is_writable() {
+        return Err(DeviceError::ReadOnlyCopy {
+            did: repo.did().to_string(),
+        });
+    }
+    let records = KeyRecords::read(&repo)?;
+    let id = match records.devices_with_key(&key.public_key()).first() {
+        Some(d) => d.id.clone(),
+        None => {
+            let id = TidClock::new()
+                .next_tid()
+                .map_err(RepoError::from)?
+                .to_string();
+            repo.apply(&[Write::create(
+                DEVICE_COLLECTION,
+                &id,
+                device_to_value(&key.public_key(), name)?,
+            )])?;
+            id
+        }
+    };
+    state.device = Some(id.clone());
+    state.save(dir)?;
+    Ok(id)
+}
+
 /// Takes the account's records into the new (or already paired) device of
 /// `dir` from a CAR exported by the store that holds the repository: the
 /// read-only copy is imported or refreshed ([`Repository::refresh`]), and a
 /// pending pairing is completed from the pairing wrap addressed to this
-/// device's record. Until sync exists, this is how records reach a second
-/// device.
+/// device's record.
 pub fn join(dir: impl AsRef<Path>, car: &Path) -> Result<JoinOutcome, DeviceError> {
     let dir = dir.as_ref();
-    let mut state = match DeviceState::load(dir)? {
-        Some(s) => s,
-        None => {
-            return Err(DeviceError::NoDevice {
-                path: dir.display().to_string(),
-            });
-        }
-    };
+    let state = pending_or_paired(dir)?;
     let key = load_device_key(dir)?;
     let file = File::open(car).map_err(|source| DeviceError::Io {
         path: car.display().to_string(),
@@ -731,6 +781,69 @@ pub fn join(dir: impl AsRef<Path>, car: &Path) -> Result<JoinOutcome, DeviceErro
     })?;
     let (repo, _stats, refresh): (Repository, ImportStats, Refresh) =
         Repository::refresh(dir, BufReader::new(file), &ImportOptions::default())?;
+    let dids = vec![repo.did().to_owned()];
+    finish_join(dir, repo, key, state, &dids, Some(refresh))
+}
+
+/// Completes a pending pairing from the records already in the store of
+/// `dir` — the way a device joins through a PDS: `gelstore sync` pulled
+/// the pairing wrap into its own repository. The records are sealed for
+/// the first device's DID, which is `account_did` if given, else the
+/// repository's own or one named by the `chat` at-uri of a message in it.
+/// TODO(issue 7): once stores re-seal for the account's DID (DESIGN §6),
+/// that DID comes from the login and the guess goes.
+pub fn join_synced(
+    dir: impl AsRef<Path>,
+    account_did: Option<&str>,
+) -> Result<JoinOutcome, DeviceError> {
+    let dir = dir.as_ref();
+    let state = pending_or_paired(dir)?;
+    let key = load_device_key(dir)?;
+    let repo = Repository::open(dir)?;
+    let dids = match account_did {
+        Some(d) => vec![d.to_owned()],
+        None => candidate_dids(&repo)?,
+    };
+    finish_join(dir, repo, key, state, &dids, None)
+}
+
+fn pending_or_paired(dir: &Path) -> Result<DeviceState, DeviceError> {
+    DeviceState::load(dir)?.ok_or_else(|| DeviceError::NoDevice {
+        path: dir.display().to_string(),
+    })
+}
+
+/// The repository's DID, then the DIDs the `chat` at-uris of its messages
+/// name.
+fn candidate_dids(repo: &Repository) -> Result<Vec<String>, DeviceError> {
+    let mut dids = vec![repo.did().to_owned()];
+    for entry in repo.list(Some("chat.gel.assistant.message"))? {
+        let (key, _) = entry?;
+        let (collection, rkey) = key.split_once('/').unwrap_or((&key, ""));
+        let Some(record) = repo.get(collection, rkey)? else {
+            continue;
+        };
+        let did = record.value["chat"]
+            .as_str()
+            .and_then(|u| u.strip_prefix("at://"))
+            .and_then(|u| u.split('/').next());
+        if let Some(did) = did
+            && !dids.iter().any(|d| d == did)
+        {
+            dids.push(did.to_owned());
+        }
+    }
+    Ok(dids)
+}
+
+fn finish_join(
+    dir: &Path,
+    repo: Repository,
+    key: DeviceKey,
+    mut state: DeviceState,
+    dids: &[String],
+    refresh: Option<Refresh>,
+) -> Result<JoinOutcome, DeviceError> {
     let newly_paired = !state.is_admitted();
     if newly_paired {
         let records = KeyRecords::read(&repo)?;
@@ -745,34 +858,41 @@ pub fn join(dir: impl AsRef<Path>, car: &Path) -> Result<JoinOutcome, DeviceErro
         if candidates.is_empty() {
             return Err(DeviceError::NotApproved {
                 detail: format!(
-                    "the repository of {} has no device record with this device's public key; approve this device's code on a paired device, then export its repository again",
+                    "the repository of {} has no device record with this device's public key; approve this device's code on a paired device, then export its repository (or sync both devices) again",
                     repo.did()
                 ),
             });
         }
         let mut last = None;
-        for id in candidates {
-            match Keyring::join(
-                repo.did(),
-                &id,
-                key.clone(),
-                &state.request(),
-                &records.wraps,
-            ) {
-                Ok((ring, _)) => {
-                    state.device = Some(id);
-                    state.account_key_id = Some(ring.admitted_with().to_string());
-                    last = None;
-                    break;
+        'found: for did in dids {
+            for id in &candidates {
+                match Keyring::join(did, id, key.clone(), &state.request(), &records.wraps) {
+                    Ok((ring, _)) => {
+                        state.device = Some(id.clone());
+                        state.account_key_id = Some(ring.admitted_with().to_string());
+                        state.account_did = (did != repo.did()).then(|| did.clone());
+                        last = None;
+                        break 'found;
+                    }
+                    Err(e) => last = Some(e),
                 }
-                Err(e) => last = Some(e),
             }
         }
         if let Some(e) = last {
             return Err(match e {
                 SealError::NotRecipient { .. } => DeviceError::NotApproved {
-                    detail: "no pairing wrap is addressed to this device's record yet; approve its code on a paired device, then export that device's repository again".into(),
+                    detail: "no pairing wrap is addressed to this device's record yet; approve its code on a paired device, then export that device's repository (or sync both devices) again".into(),
                 },
+                // Joining from synced records, a wrap that does not open
+                // under any DID tried is most likely sealed for another one.
+                SealError::AuthenticationFailed { .. } if refresh.is_none() => {
+                    DeviceError::NotApproved {
+                        detail: format!(
+                            "the pairing wrap addressed to this device does not open for {}; give the DID the account's records are sealed for with --account-did (`gelstore device ls` on a paired device shows it)",
+                            dids.join(", ")
+                        ),
+                    }
+                }
                 other => other.into(),
             });
         }
@@ -782,7 +902,7 @@ pub fn join(dir: impl AsRef<Path>, car: &Path) -> Result<JoinOutcome, DeviceErro
     let device = Device::build(repo, key, state)?;
     Ok(JoinOutcome {
         device: device.id().to_string(),
-        did: device.repo.did().to_string(),
+        did: device.account_did().to_string(),
         newly_paired,
         refresh,
         records,

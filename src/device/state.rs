@@ -53,6 +53,10 @@ pub struct DeviceState {
     pub device: Option<String>,
     /// The keyId of the account key the pairing wrap carries, once admitted.
     pub account_key_id: Option<String>,
+    /// The DID the account's records are sealed for, when it is not this
+    /// store's repository DID: a device that joined through a PDS keeps its
+    /// own local repository and opens and seals for the first device's DID.
+    pub account_did: Option<String>,
 }
 
 impl std::fmt::Debug for DeviceState {
@@ -71,6 +75,8 @@ struct StateFile {
     pairing_code: String,
     device: Option<String>,
     account_key_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    account_did: Option<String>,
 }
 
 impl DeviceState {
@@ -116,6 +122,7 @@ impl DeviceState {
             pairing_code,
             device,
             account_key_id,
+            account_did,
         } = serde_json::from_str(&text).map_err(|e| err(format!("not valid JSON state: {e}")))?;
         let pairing_code = Zeroizing::new(pairing_code);
         if version != STATE_VERSION {
@@ -126,7 +133,11 @@ impl DeviceState {
         let pairing: PairingCode = pairing_code
             .parse()
             .map_err(|e| err(format!("pairingCode: {e}")))?;
-        for (name, value) in [("device", &device), ("accountKeyId", &account_key_id)] {
+        for (name, value) in [
+            ("device", &device),
+            ("accountKeyId", &account_key_id),
+            ("accountDid", &account_did),
+        ] {
             if value
                 .as_ref()
                 .is_some_and(|v| v.is_empty() || v.len() > 512)
@@ -142,6 +153,7 @@ impl DeviceState {
             pairing,
             device,
             account_key_id,
+            account_did,
         }))
     }
 
@@ -158,6 +170,7 @@ impl DeviceState {
             pairing_code: self.pairing.to_string(),
             device: self.device.clone(),
             account_key_id: self.account_key_id.clone(),
+            account_did: self.account_did.clone(),
         };
         let text = serde_json::to_string_pretty(&file);
         drop(Zeroizing::new(file.pairing_code));

@@ -74,6 +74,10 @@ pub struct VerifyOptions<'a> {
     pub did: Option<&'a str>,
     /// Limits for reading a CAR.
     pub limits: CarLimits,
+    /// Record CIDs whose blocks may be absent: the caller verified those
+    /// records before and keeps only their CIDs (a replica pulling a
+    /// `since` diff). The MST still authenticates each leaf's CID.
+    pub known_records: Option<&'a HashSet<Cid>>,
 }
 
 impl<'a> VerifyOptions<'a> {
@@ -83,7 +87,15 @@ impl<'a> VerifyOptions<'a> {
             signature,
             did: None,
             limits: CarLimits::default(),
+            known_records: None,
         }
+    }
+
+    /// Lets the blocks of these records be absent (see
+    /// [`known_records`](Self::known_records)).
+    pub fn with_known_records(mut self, known: &'a HashSet<Cid>) -> Self {
+        self.known_records = Some(known);
+        self
     }
 
     /// Requires the commit to name `did`.
@@ -342,13 +354,16 @@ pub(crate) fn verify_with_nodes(
             Visit::Leaf { key, value } => {
                 check_repo_path(&key)?;
                 if checked.insert(value) {
-                    let bytes = blocks
-                        .get(&value)?
-                        .ok_or_else(|| VerifyError::MissingRecord {
-                            key: shorten(&key),
-                            cid: Box::new(value),
-                        })?;
-                    check_record_block(&key, &value, &bytes)?;
+                    match blocks.get(&value)? {
+                        Some(bytes) => check_record_block(&key, &value, &bytes)?,
+                        None if opts.known_records.is_some_and(|k| k.contains(&value)) => {}
+                        None => {
+                            return Err(VerifyError::MissingRecord {
+                                key: shorten(&key),
+                                cid: Box::new(value),
+                            });
+                        }
+                    }
                 }
                 records.push((key, value));
             }

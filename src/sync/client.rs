@@ -312,15 +312,17 @@ impl Session {
             })
     }
 
-    /// `com.atproto.repo.applyWrites` (one commit).
+    /// `com.atproto.repo.applyWrites` (one commit). With `swap_commit`, the
+    /// PDS refuses (`InvalidSwap`) unless its head is still that commit.
     pub(crate) fn apply_writes(
         &self,
         writes: Vec<repo::apply_writes::InputWritesItem>,
+        swap_commit: Option<cid::Cid>,
     ) -> Result<repo::apply_writes::OutputData, SyncError> {
         let count = writes.len();
         let input = repo::apply_writes::InputData {
             repo: self.repo_id()?,
-            swap_commit: None,
+            swap_commit: swap_commit.map(atrium_api::types::string::Cid::new),
             validate: None,
             writes,
         };
@@ -501,5 +503,75 @@ impl Session {
                 .await
                 .map_err(|e| fail(error_chain(&e)))
         })
+    }
+}
+
+/// The replica's calls (DESIGN §7): the remote head, `since` pulls and the
+/// commit block of a push.
+impl Session {
+    fn did_param(&self, method: &'static str) -> Result<Did, SyncError> {
+        Did::new(self.did.clone()).map_err(|e| SyncError::Xrpc {
+            method,
+            status: 0,
+            error: "BadDid".into(),
+            message: e.to_string(),
+        })
+    }
+
+    /// `com.atproto.sync.getRepo` with `since`: the head commit and the
+    /// blocks created after that rev (the whole repository without it).
+    pub fn get_repo_since(&self, since: Option<&str>) -> Result<Vec<u8>, SyncError> {
+        const METHOD: &str = "com.atproto.sync.getRepo";
+        let since = since
+            .map(|s| {
+                atrium_api::types::string::Tid::new(s.to_owned()).map_err(|e| SyncError::Xrpc {
+                    method: METHOD,
+                    status: 0,
+                    error: "BadRev".into(),
+                    message: e.to_string(),
+                })
+            })
+            .transpose()?;
+        let params = sync::get_repo::ParametersData {
+            did: self.did_param(METHOD)?,
+            since,
+        };
+        self.rt
+            .block_on(self.api.service.com.atproto.sync.get_repo(params.into()))
+            .map_err(|e| xrpc_error(&self.service, METHOD, e))
+    }
+
+    /// `com.atproto.sync.getLatestCommit`: the head commit's CID and rev.
+    pub fn latest_commit(&self) -> Result<(cid::Cid, String), SyncError> {
+        const METHOD: &str = "com.atproto.sync.getLatestCommit";
+        let params = sync::get_latest_commit::ParametersData {
+            did: self.did_param(METHOD)?,
+        };
+        self.rt
+            .block_on(
+                self.api
+                    .service
+                    .com
+                    .atproto
+                    .sync
+                    .get_latest_commit(params.into()),
+            )
+            .map(|o| (*o.data.cid.as_ref(), o.data.rev.as_str().to_owned()))
+            .map_err(|e| xrpc_error(&self.service, METHOD, e))
+    }
+
+    /// `com.atproto.sync.getBlocks`: a CAR of the given blocks.
+    pub(crate) fn get_blocks(&self, cids: &[cid::Cid]) -> Result<Vec<u8>, SyncError> {
+        const METHOD: &str = "com.atproto.sync.getBlocks";
+        let params = sync::get_blocks::ParametersData {
+            cids: cids
+                .iter()
+                .map(|c| atrium_api::types::string::Cid::new(*c))
+                .collect(),
+            did: self.did_param(METHOD)?,
+        };
+        self.rt
+            .block_on(self.api.service.com.atproto.sync.get_blocks(params.into()))
+            .map_err(|e| xrpc_error(&self.service, METHOD, e))
     }
 }

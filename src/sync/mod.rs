@@ -1,32 +1,51 @@
-//! Sync with a PDS (DESIGN §8), first slice: log in, push the local
-//! `chat.gel.assistant.*` records, pull the PDS's repository and verify it.
+//! Sync with a PDS (DESIGN §8), the store in the replica role of DESIGN
+//! §7: it mirrors the account's repository on the PDS and applies its own
+//! writes on top.
 //!
-//! - push: every local record whose CID the PDS has not acknowledged yet
-//!   goes out in `applyWrites` batches (≤ 200 writes, one commit each).
-//!   What the PDS acknowledged is kept in `sync.json` in the data folder
-//!   (the pushed-marker: key → CID, and the linked account), written
-//!   atomically after each batch, so a second run sends nothing. A batch the
-//!   PDS refuses (it answers 500 for a create on a taken key, e.g. after a
-//!   crash between its commit and our marker) is retried record by record:
-//!   creates as `putRecord` with `"swapRecord": null` (create-if-absent; an
-//!   identical record is a no-op), updates and deletes with the swap CID
-//!   last pushed.
-//! - pull: `com.atproto.sync.getRepo` → CAR; the key is the `#atproto`
-//!   verification method of the DID document from the PLC directory; the
-//!   CAR is checked with [`verify_repo_car`] (signature, MST, records).
-//! - the §7 check: the MST root computed locally over the record set the
-//!   PDS should now hold (our records as pushed, plus the PDS's records of
-//!   other collections) must equal the `data` CID of the PDS's commit.
+//! One [`sync`] run:
 //!
-//! Not done yet (issue 7): the replica role (mirroring the remote MST in
-//! the store), pulling other devices' records into the local store, and
-//! `sync status`.
+//! 1. login (`connect`): `createSession`; a store linked to another
+//!    account is refused; the `#atproto` key of the DID document (PLC
+//!    directory) is resolved before anything is written.
+//! 2. pull ([`mirror::fetch`]): nothing when `getLatestCommit` names the
+//!    mirrored head; else `getRepo?since=<mirrored rev>`, verified over the
+//!    mirror's rebuilt tree and the local record blocks, or the full
+//!    `getRepo` (first time, or when the partial CAR does not verify on what
+//!    is held here). Signature, MST and every record are checked.
+//! 3. merge ([`merge::merge`]): the `chat.gel.assistant.*` records other
+//!    devices changed are lexicon-checked and taken into the local store in
+//!    one commit; a key changed on both sides keeps the PDS's version and
+//!    the local one goes to `sync-conflicts.jsonl`. `sync.json` then holds
+//!    the new mirror (head, and key → CID of every remote record).
+//! 4. push ([`push`]): local records whose CID differs from the mirror's go
+//!    out in `applyWrites` batches (≤ 200 writes) with `swapCommit` = the
+//!    mirrored head, so a batch lands on exactly the repository mirrored
+//!    here or not at all ([`SyncError::RemoteMoved`]: pull again, retry).
+//!    The new commit is fetched (`getBlocks`), its signature checked, and
+//!    its `data` must equal the root computed here over the mirror with the
+//!    batch applied — else [`SyncError::DataMismatch`], the mirror is
+//!    re-pulled in full and the run fails (exit 1). A batch the PDS answers
+//!    with 500 (a create on a taken key) is redone record by record:
+//!    creates as `putRecord` with `"swapRecord": null`, updates and deletes
+//!    with the mirrored CID as `swapRecord`.
+//! 5. the final check: the root over the local records (plus the mirrored
+//!    other collections) equals the PDS's `data`.
+//!
+//! [`status`] compares without changing anything: `getLatestCommit`
+//! against the mirrored head, MST diffs for the counts.
+//!
+//! Not done here (issue 7): blobs,
+//! re-sealing a store linked to a did:key for the account's DID (DESIGN
+//! §6; until then a device that joins through the PDS seals for the first
+//! device's DID, see `device::join_synced`).
 
 mod auth;
 mod batch;
-pub mod progress;
-
 mod client;
+pub mod merge;
+pub mod mirror;
+pub mod progress;
+pub mod status;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -39,9 +58,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use thiserror::Error;
 
-pub use progress::{NoProgress, Progress};
-
 pub use client::Session;
+pub use merge::MergeReport;
+pub use mirror::RemoteHead;
+pub use progress::{NoProgress, Progress};
+pub use status::{StatusReport, status};
 
 use crate::repo::blocks::MemoryBlocks;
 use crate::repo::keys::{KeyAlgorithm, KeyError, PublicKey};
@@ -139,6 +160,41 @@ pub enum SyncError {
         /// The PDS's.
         remote: String,
     },
+    /// DESIGN §7's check failed: the commit the PDS made for a push has
+    /// another MST root than the one computed here over the mirror with the
+    /// same writes. The mirror is re-pulled in full before this is returned.
+    #[error(
+        "replica out of step: the PDS's commit {commit} has data {remote}, but the root computed here is {local}; the mirror is pulled again in full, run sync again"
+    )]
+    DataMismatch {
+        /// The PDS's commit.
+        commit: String,
+        /// Its `data`.
+        remote: String,
+        /// The root computed here.
+        local: String,
+    },
+    /// The PDS's head moved while pushing (another device wrote): the push
+    /// was refused by `swapCommit`, nothing of it landed.
+    #[error("the PDS's head moved during the push (another device wrote); pull again")]
+    RemoteMoved,
+    /// The PDS serves an older rev than the one mirrored here.
+    #[error("the PDS's repository is at rev {found}, older than the rev {held} mirrored here")]
+    OlderRemote {
+        /// The mirrored rev.
+        held: String,
+        /// The PDS's rev.
+        found: String,
+    },
+    /// A pulled record fails our lexicon validation (or cannot be decoded);
+    /// nothing of the pull was merged.
+    #[error("record {key} from the PDS fails validation: {reason}; nothing was merged")]
+    InvalidRecord {
+        /// `collection/rkey`.
+        key: String,
+        /// Why.
+        reason: String,
+    },
     /// The local repository.
     #[error(transparent)]
     Local(Box<RepoError>),
@@ -175,16 +231,26 @@ impl SyncError {
     }
 }
 
-/// The pushed-marker: which account this store syncs with, and the CID the
-/// PDS acknowledged for each pushed record.
+/// The sync state and the mirror of the remote repository (see
+/// [`mirror`]): which account this store syncs with, the remote head the
+/// mirror is at, and the CID of every remote record.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SyncState {
     /// The account's DID (set by the first sync).
     pub did: Option<String>,
     /// The PDS last synced with.
     pub service: Option<String>,
-    /// `collection/rkey` → CID, as acknowledged by the PDS.
+    /// `collection/rkey` → CID of our records on the PDS, as acknowledged
+    /// by a push or seen in a pull.
     pub pushed: BTreeMap<String, String>,
+    /// The remote head the mirror is at (`None`: never pulled, or the
+    /// mirror is to be re-pulled in full).
+    #[serde(default)]
+    pub remote: Option<RemoteHead>,
+    /// `collection/rkey` → CID of the remote records of other collections
+    /// (keys and CIDs only; their bodies are not kept).
+    #[serde(default)]
+    pub others: BTreeMap<String, String>,
 }
 
 impl SyncState {
@@ -256,8 +322,14 @@ pub struct PullReport {
     pub commit: String,
     /// The PDS's MST root (`data`).
     pub data: String,
-    /// The CAR's size.
+    /// Bytes of the CARs downloaded (0: the PDS's head was the mirrored
+    /// one, nothing was fetched).
     pub car_bytes: usize,
+    /// `getRepo` calls for the whole repository.
+    pub full_pulls: usize,
+    /// `getRepo` calls with `since` (only what changed after the mirrored
+    /// rev).
+    pub since_pulls: usize,
     /// Records in the PDS repository.
     pub records: usize,
     /// Of them, under `chat.gel.assistant.*`.
@@ -282,23 +354,25 @@ pub struct SyncReport {
     pub handle: String,
     /// The push.
     pub push: PushReport,
-    /// The pull-verify.
+    /// What the pulls merged into the local store.
+    pub merged: MergeReport,
+    /// The mirror at the end.
     pub pull: PullReport,
 }
 
 /// One local record to push.
-struct LocalRecord {
-    key: String,
-    cid: Cid,
+pub(crate) struct LocalRecord {
+    pub(crate) key: String,
+    pub(crate) cid: Cid,
     value: Value,
 }
 
-fn split_key(key: &str) -> (&str, &str) {
+pub(crate) fn split_key(key: &str) -> (&str, &str) {
     key.split_once('/').unwrap_or((key, ""))
 }
 
 /// The local records under [`COLLECTION_PREFIX`], in key order.
-fn local_records(repo: &Repository) -> Result<Vec<LocalRecord>, SyncError> {
+pub(crate) fn local_records(repo: &Repository) -> Result<Vec<LocalRecord>, SyncError> {
     let mut out = Vec::new();
     for entry in repo.mst().entries_with_prefix(COLLECTION_PREFIX) {
         let (key, cid) = entry.map_err(RepoError::from)?;
@@ -393,27 +467,33 @@ fn check_cid(key: &str, local: &Cid, remote: &str) -> Result<(), SyncError> {
     }
 }
 
-/// Pushes the local records the marker does not list with their current
-/// CID; updates `state` (and saves it in `data`) after each acknowledged
-/// batch.
+/// Pushes the local records whose CID differs from the mirror's, in
+/// `applyWrites` batches pinned to the mirrored head (`swapCommit`). After
+/// each batch the PDS's new commit is fetched and its `data` must equal the
+/// root computed here over the mirror with the batch applied (DESIGN §7);
+/// the mirror (and `sync.json`) then moves to that commit. Counts go into
+/// `report` as batches land.
 pub fn push(
     session: &Session,
+    key: &PublicKey,
     repo: &Repository,
     data: &Path,
     state: &mut SyncState,
-) -> Result<PushReport, SyncError> {
+    report: &mut PushReport,
+) -> Result<(), SyncError> {
     let records = local_records(repo)?;
-    let mut report = PushReport::default();
     let mut ops = Vec::new();
     let mut present = std::collections::BTreeSet::new();
+    let mut unchanged = 0;
     for r in &records {
         present.insert(r.key.as_str());
         match state.pushed.get(&r.key) {
-            Some(cid) if *cid == r.cid.to_string() => report.unchanged += 1,
+            Some(cid) if *cid == r.cid.to_string() => unchanged += 1,
             Some(cid) => ops.push(Op::Update(r, cid.clone())),
             None => ops.push(Op::Create(r)),
         }
     }
+    report.unchanged = unchanged;
     for (key, cid) in &state.pushed {
         if !present.contains(key.as_str()) {
             ops.push(Op::Delete(key.clone(), cid.clone()));
@@ -426,7 +506,12 @@ pub fn push(
             .iter()
             .map(Op::to_write)
             .collect::<Result<Vec<_>, _>>()?;
-        match session.apply_writes(writes) {
+        let swap = state
+            .remote
+            .as_ref()
+            .map(RemoteHead::commit_cid)
+            .transpose()?;
+        match session.apply_writes(writes, swap) {
             Ok(out) => {
                 report.batches += 1;
                 let results = out.results.unwrap_or_default();
@@ -440,22 +525,48 @@ pub fn push(
                         }
                         apply_writes::OutputResultsItem::DeleteResult(_) => None,
                     });
-                    record_done(op, remote.as_deref(), state, &mut report)?;
+                    record_done(op, remote.as_deref(), state, report)?;
                 }
+                state.remote = match (swap, out.commit) {
+                    // The batch landed on the mirrored head: its commit's
+                    // data must be the mirror's root with the batch applied.
+                    (Some(_), Some(commit)) => {
+                        let expected = mirror::mirror_tree(&mirror::mirror_entries(state)?)?.root();
+                        match mirror::check_pushed_commit(
+                            session,
+                            key,
+                            *commit.cid.as_ref(),
+                            expected,
+                        ) {
+                            Ok(head) => Some(head),
+                            Err(e) => {
+                                state.remote = None;
+                                state.save(data)?;
+                                return Err(e);
+                            }
+                        }
+                    }
+                    // No mirrored head (or no commit named): the next pull
+                    // brings the mirror up to date.
+                    _ => None,
+                };
+            }
+            Err(SyncError::Xrpc { error, .. }) if error.starts_with("InvalidSwap") => {
+                return Err(SyncError::RemoteMoved);
             }
             // The PDS answers 500 for a create on a taken key (and for an
             // update/delete of a missing one): go one by one.
             Err(SyncError::Xrpc { status: 500, .. }) => {
                 for op in batch {
                     report.retried += 1;
-                    push_one(session, op, state, &mut report)?;
+                    push_one(session, op, state, report)?;
                 }
             }
             Err(e) => return Err(e),
         }
         state.save(data)?;
     }
-    Ok(report)
+    Ok(())
 }
 
 fn record_done(
@@ -516,7 +627,7 @@ fn push_one(
     }
 }
 
-fn parse_marker_cid(key: &str, cid: &str) -> Result<Cid, SyncError> {
+pub(crate) fn parse_marker_cid(key: &str, cid: &str) -> Result<Cid, SyncError> {
     crate::model::parse_cid(cid).map_err(|e| SyncError::Io {
         what: format!("read the pushed CID of {key} in {STATE_FILE}"),
         reason: e.to_string(),
@@ -561,7 +672,8 @@ pub fn signing_key(session: &Session, plc: &str) -> Result<PublicKey, SyncError>
     key.map_err(|e: KeyError| fail(e.to_string()))
 }
 
-/// Fetches the PDS's repository and checks it with [`verify_remote`].
+/// Fetches the PDS's whole repository and checks it with
+/// [`verify_remote`] (a one-off check; [`sync`] pulls through the mirror).
 pub fn pull_verify(
     session: &Session,
     key: &PublicKey,
@@ -603,6 +715,8 @@ pub fn verify_remote(
         commit: repo.summary.commit_cid.to_string(),
         data: repo.summary.data_cid.to_string(),
         car_bytes: car.len(),
+        full_pulls: 1,
+        since_pulls: 0,
         records: repo.summary.record_count,
         our_records: repo
             .records
@@ -631,20 +745,15 @@ pub struct SyncOptions {
     pub plc: String,
 }
 
-/// Logs in, pushes, pulls and verifies. The store in `data` is only read;
-/// the marker file records what the PDS acknowledged.
-pub fn sync(data: &Path, opts: &SyncOptions) -> Result<SyncReport, SyncError> {
-    sync_with_progress(data, opts, std::sync::Arc::new(NoProgress))
-}
-
-/// [`sync`], reporting the push and the download to `progress`.
-pub fn sync_with_progress(
+/// A logged-in session for `data`'s store: refuses another account than
+/// the linked one, resolves the signing key before anything is written,
+/// and links the store on first use.
+pub(crate) fn connect(
     data: &Path,
     opts: &SyncOptions,
+    state: &mut SyncState,
     progress: std::sync::Arc<dyn Progress>,
-) -> Result<SyncReport, SyncError> {
-    let repo = Repository::open(data)?;
-    let mut state = SyncState::load(data)?;
+) -> Result<(Session, PublicKey), SyncError> {
     let session = Session::login_with(&opts.service, &opts.identifier, &opts.password, progress)?;
     if let Some(linked) = &state.did
         && linked != session.did()
@@ -661,14 +770,156 @@ pub fn sync_with_progress(
         state.service = Some(session.service().to_owned());
         state.save(data)?;
     }
-    let push = push(&session, &repo, data, &mut state)?;
-    let pull = pull_verify(&session, &key, &state.pushed)?;
+    Ok((session, key))
+}
+
+/// What the pulls of one sync did.
+#[derive(Default)]
+struct Pulls {
+    merged: MergeReport,
+    car_bytes: usize,
+    full: usize,
+    since: usize,
+}
+
+/// Brings the mirror to the PDS's head and merges the remote changes of our
+/// collections into the local store. Nothing is downloaded when the head
+/// is the mirrored one (`getLatestCommit`).
+fn pull_merge(
+    session: &Session,
+    key: &PublicKey,
+    data: &Path,
+    repo: &mut Repository,
+    state: &mut SyncState,
+    pulls: &mut Pulls,
+) -> Result<(), SyncError> {
+    if let Some(head) = &state.remote {
+        let (latest, _) = session.latest_commit()?;
+        if latest.to_string() == head.commit {
+            return Ok(());
+        }
+    }
+    let pulled = mirror::fetch(session, key, state, repo)?;
+    pulls.car_bytes += pulled.car_bytes;
+    if pulled.partial {
+        pulls.since += 1;
+    } else {
+        pulls.full += 1;
+    }
+    let old = mirror::mirror_entries(state)?;
+    let m = merge::merge(data, repo, &old, &pulled)?;
+    let merged = &mut pulls.merged;
+    merged.created += m.created;
+    merged.updated += m.updated;
+    merged.deleted += m.deleted;
+    merged.conflicts += m.conflicts;
+    let (ours, others): (BTreeMap<_, _>, BTreeMap<_, _>) = pulled
+        .entries
+        .iter()
+        .map(|(k, c)| (k.clone(), c.to_string()))
+        .partition(|(k, _)| k.starts_with(COLLECTION_PREFIX));
+    state.pushed = ours;
+    state.others = others;
+    state.remote = Some(pulled.head);
+    state.save(data)?;
+    Ok(())
+}
+
+/// How often a push refused because the PDS's head moved is retried after a
+/// new pull.
+const PUSH_ATTEMPTS: usize = 3;
+
+/// Logs in, pulls and merges the other devices' records, pushes this
+/// store's changes (checking each new commit's `data`, DESIGN §7), and
+/// brings the mirror to the final head. A `DataMismatch` re-pulls the
+/// mirror in full and is returned.
+pub fn sync(data: &Path, opts: &SyncOptions) -> Result<SyncReport, SyncError> {
+    sync_with_progress(data, opts, std::sync::Arc::new(NoProgress))
+}
+
+/// [`sync`], reporting the push and the download to `progress`.
+pub fn sync_with_progress(
+    data: &Path,
+    opts: &SyncOptions,
+    progress: std::sync::Arc<dyn Progress>,
+) -> Result<SyncReport, SyncError> {
+    let mut repo = Repository::open(data)?;
+    let mut state = SyncState::load(data)?;
+    let (session, key) = connect(data, opts, &mut state, progress)?;
+    let mut pulls = Pulls::default();
+    pull_merge(&session, &key, data, &mut repo, &mut state, &mut pulls)?;
+    let mut push_report = PushReport::default();
+    let mut attempt = 1;
+    loop {
+        match push(&session, &key, &repo, data, &mut state, &mut push_report) {
+            Ok(()) => break,
+            Err(SyncError::RemoteMoved) if attempt < PUSH_ATTEMPTS => {
+                attempt += 1;
+                pull_merge(&session, &key, data, &mut repo, &mut state, &mut pulls)?;
+            }
+            Err(e @ SyncError::DataMismatch { .. }) => {
+                // The mirror is wrong: take the PDS's repository in full.
+                // The mismatch stays the error reported; if this pull fails
+                // too, the dropped head makes the next run pull in full.
+                if let Err(again) =
+                    pull_merge(&session, &key, data, &mut repo, &mut state, &mut pulls)
+                {
+                    tracing::warn!(error = %again, "re-pulling the mirror after a data mismatch failed");
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    pull_merge(&session, &key, data, &mut repo, &mut state, &mut pulls)?;
+    let pull = final_check(&state, &repo, &key, &pulls)?;
     Ok(SyncReport {
         service: session.service().to_owned(),
         did: session.did().to_owned(),
         handle: session.handle().to_owned(),
-        push,
+        push: push_report,
+        merged: pulls.merged,
         pull,
+    })
+}
+
+/// The report of the mirror at the end of a sync; the root over the local
+/// records (plus the mirrored other collections) must be the PDS's `data`.
+fn final_check(
+    state: &SyncState,
+    repo: &Repository,
+    key: &PublicKey,
+    pulls: &Pulls,
+) -> Result<PullReport, SyncError> {
+    let head = state.remote.clone().ok_or(SyncError::RemoteMoved)?;
+    let mut entries: BTreeMap<String, Cid> = BTreeMap::new();
+    for (k, c) in &state.others {
+        entries.insert(k.clone(), parse_marker_cid(k, c)?);
+    }
+    for r in local_records(repo)? {
+        entries.insert(r.key, r.cid);
+    }
+    let expected = mirror::mirror_tree(&entries)?.root().to_string();
+    if expected != head.data {
+        return Err(SyncError::DataMismatch {
+            commit: head.commit,
+            remote: head.data,
+            local: expected,
+        });
+    }
+    Ok(PullReport {
+        did: state.did.clone().unwrap_or_default(),
+        rev: head.rev,
+        commit: head.commit,
+        data: head.data,
+        car_bytes: pulls.car_bytes,
+        full_pulls: pulls.full,
+        since_pulls: pulls.since,
+        records: state.pushed.len() + state.others.len(),
+        our_records: state.pushed.len(),
+        signing_key: key.to_multikey(),
+        data_matches: true,
+        expected_data: expected,
     })
 }
 

@@ -1,0 +1,619 @@
+//! Two devices of one account through the real reference PDS (tests/pds,
+//! started by tests/common_pds): the replica role of DESIGN §7 — each
+//! store mirrors the account's repository, pushes its own writes and
+//! merges the other device's — pairing through the PDS, an approval
+//! answered on the second device, `sync status`, and a pulled record that
+//! fails our lexicon validation.
+
+mod common_pds;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use gelstore::repo::repository::Repository;
+use serde_json::{Value, json};
+
+use common_pds::Pds;
+
+/// Text that must never reach the PDS in the clear.
+const MARKER: &str = "PLAINTEXT-MARKER-b3Vk";
+
+fn streams() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/streams")
+}
+
+fn gel(data: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_gelstore"))
+        .arg("--data")
+        .arg(data)
+        .args(args)
+        .env_remove("GELSTORE_PASSWORD")
+        .output()
+        .unwrap()
+}
+
+fn ok(data: &Path, args: &[&str]) -> String {
+    let out = gel(data, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim_end().to_owned()
+}
+
+fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn login(pds: &Pds) -> Vec<&str> {
+    vec![
+        "--pds",
+        &pds.service,
+        "--identifier",
+        &pds.handle,
+        "--password",
+        &pds.password,
+        "--plc",
+        &pds.plc,
+        "--format",
+        "json",
+    ]
+}
+
+fn sync(data: &Path, pds: &Pds) -> Value {
+    let mut args = vec!["sync"];
+    args.extend(login(pds));
+    json_of(&ok(data, &args))
+}
+
+fn status(data: &Path, pds: &Pds) -> Value {
+    let mut args = vec!["sync", "status"];
+    args.extend(login(pds));
+    json_of(&ok(data, &args))
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// The test's own view of the PDS (not the client under test).
+fn get(url: &str) -> Vec<u8> {
+    rt().block_on(async {
+        let resp = reqwest::get(url).await.unwrap();
+        assert!(resp.status().is_success(), "{url}: {}", resp.status());
+        resp.bytes().await.unwrap().to_vec()
+    })
+}
+
+fn post(url: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
+    rt().block_on(async {
+        let mut req = reqwest::Client::new().post(url).json(body);
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.json().await.unwrap_or(Value::Null))
+    })
+}
+
+fn list_records(pds: &Pds, collection: &str) -> Vec<Value> {
+    let page: Value = serde_json::from_slice(&get(&format!(
+        "{}/xrpc/com.atproto.repo.listRecords?repo={}&collection={collection}&limit=100",
+        pds.service, pds.did
+    )))
+    .unwrap();
+    page["records"].as_array().unwrap().clone()
+}
+
+fn repo_car(pds: &Pds) -> Vec<u8> {
+    get(&format!(
+        "{}/xrpc/com.atproto.sync.getRepo?did={}",
+        pds.service, pds.did
+    ))
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+fn show(data: &Path, chat: &str) -> Value {
+    json_of(&ok(
+        data,
+        &["chat", "show", "--chat", chat, "--format", "json"],
+    ))
+}
+
+fn message<'a>(thread: &'a Value, key: &str) -> &'a Value {
+    thread["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["key"] == key)
+        .unwrap_or_else(|| panic!("no message {key} in {thread}"))
+}
+
+fn approvals(data: &Path) -> Vec<Value> {
+    ok(data, &["chat", "approvals", "--format", "json"])
+        .lines()
+        .map(json_of)
+        .collect()
+}
+
+fn counts(v: &Value) -> (u64, u64, u64) {
+    (
+        v["created"].as_u64().unwrap(),
+        v["updated"].as_u64().unwrap(),
+        v["deleted"].as_u64().unwrap(),
+    )
+}
+
+#[test]
+fn second_device_pairs_through_the_pds_and_answers_an_approval() {
+    let pds = Pds::start();
+    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (dirs.0.path(), dirs.1.path());
+
+    // Device A: a chat, a message, a streamed reply that waits on approvals.
+    ok(a, &["device", "init", "--name", "A"]);
+    let title = format!("Cleanup {MARKER}");
+    let chat = ok(a, &["chat", "new", "--title", &title]);
+    let text = format!("Delete my drafts {MARKER}");
+    let msg = ok(a, &["chat", "send", "--chat", &chat, &text]);
+    let input = streams().join("approval_waiting/input.jsonl");
+    ok(
+        a,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &msg,
+            "--events",
+            input.to_str().unwrap(),
+            "--approve-tools",
+            "delete_files,list_files",
+        ],
+    );
+    let reply = format!("{msg}.r0");
+    assert_eq!(approvals(a).len(), 1);
+
+    // A syncs: everything goes up; the PDS's data is the root computed here.
+    let first = sync(a, &pds);
+    assert!(first["push"]["created"].as_u64().unwrap() >= 3, "{first}");
+    assert_eq!(first["pull"]["full_pulls"], 1, "{first}");
+    assert_eq!(first["pull"]["data_matches"], true);
+    let messages = list_records(&pds, "chat.gel.assistant.message");
+    let uris: Vec<&str> = messages
+        .iter()
+        .map(|m| m["uri"].as_str().unwrap())
+        .collect();
+    for key in [&msg, &reply] {
+        let uri = format!("at://{}/chat.gel.assistant.message/{key}", pds.did);
+        assert!(uris.contains(&uri.as_str()), "{uri} not in {uris:?}");
+    }
+    // Ciphertext only: the message's listed value has sealed content, and
+    // no plaintext anywhere in the repository.
+    let listed = messages
+        .iter()
+        .find(|m| m["uri"].as_str().unwrap().ends_with(&format!("/{msg}")))
+        .unwrap();
+    assert!(listed["value"]["content"].is_object(), "{listed}");
+    assert!(!listed.to_string().contains(MARKER));
+    assert!(
+        !contains(&repo_car(&pds), MARKER),
+        "plaintext reached the PDS"
+    );
+
+    // In sync: nothing downloaded to say so.
+    let st = status(a, &pds);
+    assert_eq!(st["in_sync"], true, "{st}");
+    assert_eq!(st["car_bytes"], 0);
+
+    // Device B pairs through the PDS: it publishes its device record and
+    // syncs (pulling A's records into its own store, pushing the record).
+    let paired = json_of(&ok(b, &["device", "pair", "--publish", "--format", "json"]));
+    let code = paired["code"].as_str().unwrap().to_owned();
+    let b_id = paired["device"].as_str().unwrap().to_owned();
+    // Never synced: everything here is to push, everything there to pull.
+    let st = status(b, &pds);
+    assert_eq!(st["in_sync"], false, "{st}");
+    assert_eq!(counts(&st["to_push"]), (1, 0, 0), "{st}");
+    let on_pds = first["push"]["created"].as_u64().unwrap();
+    assert_eq!(counts(&st["to_pull"]), (on_pds, 0, 0), "{st}");
+    let b_first = sync(b, &pds);
+    assert_eq!(b_first["push"]["created"], 1, "{b_first}");
+    assert_eq!(
+        b_first["merged"]["created"], first["push"]["created"],
+        "{b_first}"
+    );
+    // B is not admitted yet: it holds A's records but cannot open them.
+    let out = gel(b, &["chat", "show", "--chat", &chat]);
+    assert_eq!(out.status.code(), Some(1));
+
+    // A pulls B's record and approves B's code (finding that record), and
+    // pushes the wraps.
+    let a_pull = sync(a, &pds);
+    assert_eq!(a_pull["merged"]["created"], 1, "{a_pull}");
+    // After the first time, only what changed since the mirrored rev.
+    assert_eq!(a_pull["pull"]["full_pulls"], 0, "{a_pull}");
+    assert_eq!(a_pull["pull"]["since_pulls"], 1, "{a_pull}");
+    let approved = json_of(&ok(a, &["device", "approve", &code, "--format", "json"]));
+    assert_eq!(approved["device"], b_id.as_str());
+    assert_eq!(approved["recordCreated"], false);
+    let a_wraps = sync(a, &pds);
+    assert!(
+        a_wraps["push"]["created"].as_u64().unwrap() >= 1,
+        "{a_wraps}"
+    );
+
+    // B pulls the wraps and joins from its own synced records.
+    let b_pull = sync(b, &pds);
+    assert_eq!(
+        (
+            &b_pull["pull"]["full_pulls"],
+            &b_pull["pull"]["since_pulls"]
+        ),
+        (&json!(0), &json!(1)),
+        "{b_pull}"
+    );
+    assert_eq!(
+        b_pull["merged"],
+        json!({"created": a_wraps["push"]["created"], "updated": 0, "deleted": 0, "conflicts": 0}),
+        "{b_pull}"
+    );
+    // The records are sealed for A's DID: another DID opens nothing.
+    let a_did = json_of(&ok(a, &["device", "ls", "--format", "json"]))["did"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = gel(
+        b,
+        &[
+            "device",
+            "join",
+            "--account-did",
+            "did:key:zQ3shokFTS3brHcDQrn82RUDfCZESWL1ZdCEJwekUDPQiYBme",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("not approved") && err.contains("--account-did"),
+        "{err}"
+    );
+    let joined = json_of(&ok(b, &["device", "join", "--format", "json"]));
+    assert_eq!(joined["did"], a_did.as_str());
+    assert_eq!(joined["newlyPaired"], true, "{joined}");
+    assert_eq!(joined["device"], b_id.as_str());
+    assert_eq!(joined["refresh"], "synced");
+
+    // B decrypts the same thread A sees.
+    let (ta, tb) = (show(a, &chat), show(b, &chat));
+    assert_eq!(ta, tb);
+    assert_eq!(
+        message(&tb, &msg)["content"]["parts"][0]["text"],
+        text.as_str()
+    );
+    assert_eq!(message(&tb, &reply)["status"], "waiting");
+
+    // B answers the approval and syncs.
+    let waiting = approvals(b);
+    assert_eq!(waiting.len(), 1, "{waiting:?}");
+    assert_eq!(waiting[0]["reply"], reply.as_str());
+    let answer = ok(
+        b,
+        &["chat", "approve", "--reply", &reply, "--allow", "toolu_11"],
+    );
+    let b_push = sync(b, &pds);
+    assert_eq!(b_push["push"]["created"], 1, "{b_push}");
+    assert_eq!(b_push["pull"]["data_matches"], true);
+
+    // A's status counts the remote-only change as to pull, nothing to push.
+    let st = status(a, &pds);
+    assert_eq!(st["in_sync"], false, "{st}");
+    assert_eq!(counts(&st["to_pull"]), (1, 0, 0), "{st}");
+    assert_eq!(counts(&st["to_push"]), (0, 0, 0), "{st}");
+
+    // A syncs and sees the answer; nothing waits any more on either side.
+    let a_last = sync(a, &pds);
+    assert_eq!(a_last["merged"]["created"], 1, "{a_last}");
+    let ta = show(a, &chat);
+    let got = message(&ta, &answer);
+    assert_eq!(got["parent"], reply.as_str());
+    assert_eq!(got["content"]["parts"][0]["callId"], "toolu_11");
+    assert_eq!(got["content"]["parts"][0]["decision"], "approved");
+    assert_eq!(got["content"]["parts"][1]["decision"], "denied");
+    assert!(approvals(a).is_empty());
+    assert_eq!(ta, show(b, &chat));
+    assert_eq!(status(a, &pds)["in_sync"], true);
+
+    // A local write: counted as to push until synced.
+    ok(a, &["chat", "send", "--chat", &chat, "Thanks"]);
+    let st = status(a, &pds);
+    assert_eq!(st["in_sync"], false);
+    assert_eq!(counts(&st["to_push"]), (1, 0, 0), "{st}");
+    assert_eq!(counts(&st["to_pull"]), (0, 0, 0), "{st}");
+    sync(a, &pds);
+    assert_eq!(status(a, &pds)["in_sync"], true);
+    assert!(
+        !contains(&repo_car(&pds), MARKER),
+        "plaintext reached the PDS"
+    );
+}
+
+#[test]
+fn a_pulled_record_that_fails_validation_is_refused_and_nothing_changes() {
+    let pds = Pds::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["device", "init"]);
+    sync(d, &pds);
+
+    // Another client writes a chat record our lexicon refuses (the PDS
+    // does not know the lexicon, so it stores it).
+    let (status_code, session) = post(
+        &format!("{}/xrpc/com.atproto.server.createSession", pds.service),
+        None,
+        &json!({"identifier": pds.handle, "password": pds.password}),
+    );
+    assert_eq!(status_code, 200, "{session}");
+    let token = session["accessJwt"].as_str().unwrap();
+    let (status_code, created) = post(
+        &format!("{}/xrpc/com.atproto.repo.putRecord", pds.service),
+        Some(token),
+        &json!({
+            "repo": pds.did,
+            "collection": "chat.gel.assistant.chat",
+            "rkey": "3lbqzdw5pzk22",
+            "record": {"$type": "chat.gel.assistant.chat", "createdAt": "not a date"},
+        }),
+    );
+    assert_eq!(status_code, 200, "{created}");
+
+    let head = Repository::open(d).unwrap().head();
+    let marker = std::fs::read(d.join("sync.json")).unwrap();
+    let mut args = vec!["sync"];
+    args.extend(login(&pds));
+    let out = gel(d, &args);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("record chat.gel.assistant.chat/3lbqzdw5pzk22 from the PDS fails validation"),
+        "{err}"
+    );
+    assert_eq!(Repository::open(d).unwrap().head(), head);
+    assert_eq!(std::fs::read(d.join("sync.json")).unwrap(), marker);
+
+    // Once the record is gone from the PDS, sync goes through again.
+    let (status_code, deleted) = post(
+        &format!("{}/xrpc/com.atproto.repo.deleteRecord", pds.service),
+        Some(token),
+        &json!({"repo": pds.did, "collection": "chat.gel.assistant.chat", "rkey": "3lbqzdw5pzk22"}),
+    );
+    assert_eq!(status_code, 200, "{deleted}");
+    let again = sync(d, &pds);
+    assert_eq!(again["pull"]["data_matches"], true, "{again}");
+}
+
+const CHAT: &str = "chat.gel.assistant.chat";
+
+fn chat_record(created: &str) -> Value {
+    json!({"$type": CHAT, "createdAt": created})
+}
+
+fn opts(pds: &Pds) -> gelstore::sync::SyncOptions {
+    gelstore::sync::SyncOptions {
+        service: pds.service.clone(),
+        identifier: pds.handle.clone(),
+        password: pds.password.clone(),
+        plc: pds.plc.clone(),
+    }
+}
+
+fn apply(data: &Path, writes: &[gelstore::repo::repository::Write]) {
+    Repository::open(data).unwrap().apply(writes).unwrap();
+}
+
+#[test]
+fn a_record_changed_on_both_devices_keeps_the_pds_version_and_saves_the_local_one() {
+    use gelstore::repo::repository::Write;
+    let pds = Pds::start();
+    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (dirs.0.path(), dirs.1.path());
+    ok(a, &["repo", "init"]);
+    ok(b, &["repo", "init"]);
+    let (k1, k2) = ("3lbqzdw5pzk22", "3lbqzdw5pzk33");
+    apply(
+        a,
+        &[
+            Write::create(CHAT, k1, chat_record("2026-01-01T00:00:00.000Z")),
+            Write::create(CHAT, k2, chat_record("2026-01-01T00:00:00.000Z")),
+        ],
+    );
+    sync(a, &pds);
+    let b_first = sync(b, &pds);
+    assert_eq!(b_first["merged"]["created"], 2, "{b_first}");
+
+    // Both change k1 before either syncs; A is first.
+    apply(
+        a,
+        &[Write::update(
+            CHAT,
+            k1,
+            chat_record("2026-02-02T00:00:00.000Z"),
+        )],
+    );
+    apply(
+        b,
+        &[Write::update(
+            CHAT,
+            k1,
+            chat_record("2026-03-03T00:00:00.000Z"),
+        )],
+    );
+    let a_push = sync(a, &pds);
+    assert_eq!(a_push["push"]["updated"], 1, "{a_push}");
+
+    // B: the PDS's version wins; B's is kept in sync-conflicts.jsonl.
+    let b_sync = sync(b, &pds);
+    assert_eq!(b_sync["merged"]["updated"], 1, "{b_sync}");
+    assert_eq!(b_sync["merged"]["conflicts"], 1, "{b_sync}");
+    assert_eq!(b_sync["push"]["updated"], 0, "{b_sync}");
+    let held = Repository::open(b).unwrap().get(CHAT, k1).unwrap().unwrap();
+    assert_eq!(held.value["createdAt"], "2026-02-02T00:00:00.000Z");
+    let kept = std::fs::read_to_string(b.join("sync-conflicts.jsonl")).unwrap();
+    let kept: Vec<Value> = kept.lines().map(json_of).collect();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0]["key"], format!("{CHAT}/{k1}"));
+    assert_eq!(kept[0]["value"]["createdAt"], "2026-03-03T00:00:00.000Z");
+
+    // A change only B made wins (its swap is the PDS's CID) and reaches A.
+    apply(
+        b,
+        &[Write::update(
+            CHAT,
+            k2,
+            chat_record("2026-04-04T00:00:00.000Z"),
+        )],
+    );
+    let b_push = sync(b, &pds);
+    assert_eq!(b_push["push"]["updated"], 1, "{b_push}");
+    let a_pull = sync(a, &pds);
+    assert_eq!(a_pull["merged"]["updated"], 1, "{a_pull}");
+    assert_eq!(a_pull["merged"]["conflicts"], 0, "{a_pull}");
+    let held = Repository::open(a).unwrap().get(CHAT, k2).unwrap().unwrap();
+    assert_eq!(held.value["createdAt"], "2026-04-04T00:00:00.000Z");
+    // A remote delete reaches the other store too.
+    apply(a, &[Write::delete(CHAT, k2)]);
+    sync(a, &pds);
+    let b_del = sync(b, &pds);
+    assert_eq!(b_del["merged"]["deleted"], 1, "{b_del}");
+    assert!(
+        Repository::open(b)
+            .unwrap()
+            .get(CHAT, k2)
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(status(a, &pds)["in_sync"], true);
+    assert_eq!(status(b, &pds)["in_sync"], true);
+}
+
+#[test]
+fn a_push_on_a_moved_head_is_refused_whole_then_pulled_and_retried() {
+    use gelstore::repo::repository::Write;
+    use gelstore::sync::{self, PushReport, Session, SyncError, SyncState};
+    let pds = Pds::start();
+    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (dirs.0.path(), dirs.1.path());
+    ok(a, &["repo", "init"]);
+    ok(b, &["repo", "init"]);
+    sync::sync(a, &opts(&pds)).unwrap();
+    sync::sync(b, &opts(&pds)).unwrap();
+
+    // B pushes; A's mirror still names the older head.
+    apply(
+        b,
+        &[Write::create(
+            CHAT,
+            "3lbqzdw5pzk22",
+            chat_record("2026-01-01T00:00:00.000Z"),
+        )],
+    );
+    sync::sync(b, &opts(&pds)).unwrap();
+    apply(
+        a,
+        &[Write::create(
+            CHAT,
+            "3lbqzdw5pzk33",
+            chat_record("2026-01-01T00:00:00.000Z"),
+        )],
+    );
+
+    // A push pinned to the stale head: refused whole, nothing lands.
+    let session = Session::login(&pds.service, &pds.handle, &pds.password).unwrap();
+    let key = sync::signing_key(&session, &pds.plc).unwrap();
+    let mut state = SyncState::load(a).unwrap();
+    let repo = Repository::open(a).unwrap();
+    let mut report = PushReport::default();
+    let e = sync::push(&session, &key, &repo, a, &mut state, &mut report).unwrap_err();
+    assert!(matches!(e, SyncError::RemoteMoved), "{e}");
+    assert_eq!(report.created, 0);
+    assert_eq!(list_records(&pds, CHAT).len(), 1);
+    drop(repo);
+
+    // A full sync pulls B's record first, then pushes A's on the new head.
+    let done = sync::sync(a, &opts(&pds)).unwrap();
+    assert_eq!(done.merged.created, 1);
+    assert_eq!(done.push.created, 1);
+    assert!(done.pull.data_matches);
+    assert_eq!(list_records(&pds, CHAT).len(), 2);
+}
+
+#[test]
+fn a_wrong_mirror_fails_the_data_check_loudly_and_is_re_pulled() {
+    let pds = Pds::start();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["device", "init"]);
+    sync(d, &pds);
+
+    // The mirror claims a record the PDS does not hold.
+    let path = d.join("sync.json");
+    let mut state: Value = json_of(&std::fs::read_to_string(&path).unwrap());
+    let some_cid = state["pushed"]
+        .as_object()
+        .unwrap()
+        .values()
+        .next()
+        .unwrap()
+        .clone();
+    state["others"]["app.example.thing/3lbqzdw5pzk22"] = some_cid;
+    std::fs::write(&path, state.to_string()).unwrap();
+
+    // The push lands, but its commit's data is not the root computed over
+    // the mirror: a named error, exit 1.
+    ok(d, &["chat", "new", "--title", "x"]);
+    let mut args = vec!["sync"];
+    args.extend(login(&pds));
+    let out = gel(d, &args);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("replica out of step"), "{err}");
+
+    // The mirror was re-pulled: the next sync is clean and pushes nothing.
+    let state: Value = json_of(&std::fs::read_to_string(&path).unwrap());
+    assert!(state["others"].as_object().unwrap().is_empty(), "{state}");
+    let again = sync(d, &pds);
+    assert_eq!(again["push"]["created"], 0, "{again}");
+    assert_eq!(again["pull"]["data_matches"], true, "{again}");
+    assert_eq!(status(d, &pds)["in_sync"], true);
+
+    // The human forms say the same.
+    let mut args = vec!["sync", "status"];
+    args.extend(&login(&pds)[..8]);
+    let human = ok(d, &args);
+    assert!(human.starts_with("in sync with "), "{human}");
+    // A new chat: its record and the wrap of its chat key.
+    ok(d, &["chat", "new"]);
+    let human = ok(d, &args);
+    assert!(
+        human.contains("to push: 2 created, 0 updated, 0 deleted"),
+        "{human}"
+    );
+    let mut args = vec!["sync"];
+    args.extend(&login(&pds)[..8]);
+    let human = ok(d, &args);
+    assert!(
+        human.contains("pushed to ") && human.contains(": 2 created"),
+        "{human}"
+    );
+    assert!(human.contains("pulled: 0 created"), "{human}");
+    assert!(human.contains("in sync: data "), "{human}");
+}
