@@ -10,6 +10,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::model::parse_cid;
+use crate::repo::blocks::BlockSource;
+use crate::repo::car::CarWriter;
 use crate::repo::proof::record_proof;
 use crate::repo::records::repo_key;
 use crate::repo::repository::RepoError;
@@ -49,6 +51,53 @@ pub async fn get_repo(state: &Arc<AppState>, req: Request) -> Result<Response, X
         .transpose()?;
     let bytes = state
         .with_core(move |core| Ok(core.repo.export(Vec::new(), since)?.0))
+        .await?;
+    Ok(car(bytes))
+}
+
+/// Most CIDs one `getBlocks` call takes.
+const MAX_BLOCKS: usize = 10_000;
+
+pub async fn get_blocks(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    own_did(state, &req)?;
+    let mut cids = Vec::new();
+    for (name, value) in &req.params {
+        if name == "cids" {
+            cids.push(
+                parse_cid(value).map_err(|e| XrpcError::invalid_request(format!("cids: {e}")))?,
+            );
+        }
+    }
+    if cids.len() > MAX_BLOCKS {
+        return Err(XrpcError::invalid_request(format!(
+            "at most {MAX_BLOCKS} cids per call"
+        )));
+    }
+    // A CAR without roots holding the blocks asked for, each once; any
+    // block this repository does not hold is `BlockNotFound`.
+    let bytes = state
+        .with_core(move |core| {
+            let store = core.repo.mst().store();
+            let mut car = CarWriter::new(Vec::new(), &[]).map_err(XrpcError::internal)?;
+            let mut written = std::collections::HashSet::new();
+            let mut missing = Vec::new();
+            for cid in cids {
+                if !written.insert(cid) {
+                    continue;
+                }
+                match store.get(&cid).map_err(XrpcError::internal)? {
+                    Some(block) => car.write_block(&cid, &block).map_err(XrpcError::internal)?,
+                    None => missing.push(cid.to_string()),
+                }
+            }
+            if !missing.is_empty() {
+                return Err(XrpcError::named(
+                    "BlockNotFound",
+                    format!("Could not find cids: {}", missing.join(", ")),
+                ));
+            }
+            car.finish().map_err(XrpcError::internal)
+        })
         .await?;
     Ok(car(bytes))
 }
