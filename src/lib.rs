@@ -7,5 +7,6 @@ pub mod lexicon;
 pub mod model;
 pub mod repo;
 pub mod seal;
+pub mod server;
 pub mod store;
 pub mod sync;

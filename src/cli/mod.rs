@@ -7,6 +7,7 @@ mod lex;
 mod progress;
 mod repo;
 mod report;
+mod serve;
 mod sync;
 mod sync_status;
 
@@ -118,6 +119,8 @@ pub enum Command {
     /// this store's, check the PDS's new root (`sync status`: compare only).
     #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Sync(sync::SyncArgs),
+    /// Serve the data folder's repository over XRPC to atproto clients.
+    Serve(serve::ServeArgs),
 }
 
 /// Output style shared by every reporting command.
@@ -133,11 +136,19 @@ pub enum Format {
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Outcome {
+    // While `gelstore serve` holds the folder, the store is its own: say so
+    // at once rather than wait on the store's lock.
+    if !matches!(cli.command, Command::Lex(_))
+        && let Err(e) = crate::server::running::check_free(&cli.data)
+    {
+        return finish(Err(Failure::env(e.to_string())));
+    }
     match cli.command {
         Command::Lex(cmd) => lex::run(cmd),
         Command::Repo(cmd) => repo::run(&cli.data, cmd),
         Command::Device(cmd) => device::run(&cli.data, cmd),
         Command::Chat(cmd) => chat::run(&cli.data, cmd),
         Command::Sync(args) => sync::run(&cli.data, args),
+        Command::Serve(args) => serve::run(&cli.data, args),
     }
 }

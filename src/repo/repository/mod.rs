@@ -17,6 +17,7 @@
 //! |----------|------------------------|-------|
 //! | `Meta`   | `format`               | `1` (the layout version) |
 //! | `Meta`   | `did`                  | the account DID (UTF-8) |
+//! | `Meta`   | `signer`               | the did:key of the signing key, when the DID is not that did:key (a did:web or did:plc account; absent in stores made before) |
 //! | `Meta`   | `head`                 | CID bytes of the head commit |
 //! | `Meta`   | `records`              | number of records (u64 BE) |
 //! | `Blocks` | CID bytes              | block bytes (commit, MST nodes, records) |
@@ -98,6 +99,7 @@ pub(crate) const META_FORMAT: &[u8] = b"format";
 pub(crate) const META_DID: &[u8] = b"did";
 pub(crate) const META_HEAD: &[u8] = b"head";
 pub(crate) const META_RECORDS: &[u8] = b"records";
+pub(crate) const META_SIGNER: &[u8] = b"signer";
 
 /// Why a repository operation failed. Nothing was changed in the store when
 /// an operation returns an error.
@@ -166,6 +168,14 @@ pub enum RepoError {
     NotEmpty {
         /// The DID of the repository already there.
         did: String,
+    },
+    /// A repository was to be created for a string that is not a DID.
+    #[error("cannot create a repository for {did:?}: {reason}")]
+    InvalidDid {
+        /// The string (cut to 100 characters).
+        did: String,
+        /// What is wrong with it.
+        reason: String,
     },
     /// The store's layout version is not one this build knows.
     #[error("unsupported store format {0:?} (this build reads format 1)")]
@@ -419,6 +429,22 @@ impl Repository {
         Repository::init_engine(engine, key)
     }
 
+    /// Like [`init`](Self::init), but the repository belongs to `did` (a
+    /// did:web or did:plc whose document names this store's key), not to
+    /// the key's did:key. An existing repository is opened as it is, whatever
+    /// its DID: the caller compares [`did`](Self::did) with what it wanted.
+    pub fn init_as(dir: impl AsRef<Path>, did: &str) -> Result<Repository, RepoError> {
+        let dir = dir.as_ref();
+        identity::create_private_dir(dir)?;
+        let engine: Arc<dyn Engine> = Arc::new(SledEngine::open(store_path(dir))?);
+        if is_initialized(&*engine)? {
+            let key = identity::load_key(dir)?;
+            return Repository::open_engine(engine, key).map_err(|e| with_path(e, dir));
+        }
+        let key = identity::load_or_create_key(dir)?;
+        Repository::init_engine_as(engine, key, did.to_owned())
+    }
+
     /// Opens the existing repository in data folder `dir`. Without a key
     /// file (an imported repository of another account) it is read-only.
     pub fn open(dir: impl AsRef<Path>) -> Result<Repository, RepoError> {
@@ -436,10 +462,27 @@ impl Repository {
     /// Creates an empty repository signed by `key` (DID = its did:key) in an
     /// engine, or opens the one already there.
     pub fn init_engine(engine: Arc<dyn Engine>, key: SigningKey) -> Result<Repository, RepoError> {
+        let did = key.public_key().to_did_key();
+        Repository::init_engine_as(engine, key, did)
+    }
+
+    /// Creates an empty repository of `did` signed by `key` in an engine,
+    /// or opens the one already there. When `did` is not the key's did:key,
+    /// the key's did:key is kept in `Meta[signer]`, so that opening the
+    /// store later checks the key against it.
+    pub fn init_engine_as(
+        engine: Arc<dyn Engine>,
+        key: SigningKey,
+        did: String,
+    ) -> Result<Repository, RepoError> {
         if is_initialized(&*engine)? {
             return Repository::open_engine(engine, Some(key));
         }
-        let did = key.public_key().to_did_key();
+        gelstore_codegen::syntax::check_did(&did).map_err(|e| RepoError::InvalidDid {
+            did: did.chars().take(100).collect(),
+            reason: e.reason,
+        })?;
+        let key_did = key.public_key().to_did_key();
         let blocks = StoreBlocks(engine.clone());
         let mst = Mst::new(blocks.clone());
         let mut clock = TidClock::new();
@@ -481,6 +524,9 @@ impl Repository {
         acc.finish(Some(&*engine), rev, &mut batch)?;
         batch.put(Table::Meta, META_FORMAT, FORMAT);
         batch.put(Table::Meta, META_DID, did.as_bytes());
+        if key_did != did {
+            batch.put(Table::Meta, META_SIGNER, key_did.as_bytes());
+        }
         batch.put(Table::Meta, META_RECORDS, 0u64.to_be_bytes());
         batch.put(Table::Meta, META_HEAD, commit_cid.to_bytes());
         engine.write(batch)?;
@@ -540,7 +586,12 @@ impl Repository {
         }
         if let Some(key) = &key {
             let key_did = key.public_key().to_did_key();
-            if key_did != did {
+            let signer = match meta(META_SIGNER)? {
+                Some(s) => String::from_utf8(s)
+                    .map_err(|_| RepoError::Corrupt("signer is not UTF-8".into()))?,
+                None => did.clone(),
+            };
+            if key_did != signer {
                 return Err(RepoError::IdentityMismatch { did, key_did });
             }
         }

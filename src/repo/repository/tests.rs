@@ -513,3 +513,30 @@ fn a_corrupt_store_is_reported() {
     engine.write(batch).unwrap();
     assert!(matches!(repo.check(), Err(RepoError::Corrupt(_))));
 }
+
+#[test]
+fn a_repository_of_another_did_is_signed_by_the_key_and_reopens_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let did = "did:web:localhost%3A2583";
+    {
+        let mut repo = Repository::init_as(dir.path(), did).unwrap();
+        assert_eq!(repo.did(), did);
+        repo.apply(&[Write::create(
+            "app.example.thing",
+            "a",
+            serde_json::json!({"$type": "app.example.thing"}),
+        )])
+        .unwrap();
+        let key = crate::repo::identity::load_key(dir.path())
+            .unwrap()
+            .unwrap();
+        repo.commit().unwrap().verify(&key.public_key()).unwrap();
+    }
+    let repo = Repository::open(dir.path()).unwrap();
+    assert_eq!(repo.did(), did);
+    assert!(repo.is_writable());
+    assert!(matches!(
+        Repository::init_as(tempfile::tempdir().unwrap().path(), "not a did"),
+        Err(RepoError::InvalidDid { .. })
+    ));
+}

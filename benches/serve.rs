@@ -1,0 +1,387 @@
+//! Load on `gelstore serve` from a second process on loopback, and the same
+//! load on the reference PDS (`tests/pds`, when installed) in the same run.
+//!
+//! Run: `cargo bench --bench serve` (release profile; the server is the
+//! release `gelstore` binary). `W` writer threads each make `K`
+//! `createRecord` calls (one commit each, fsynced) while `R` reader threads
+//! loop on `getRecord`/`listRecords` until the writers finish. Each thread
+//! keeps one HTTP/1.1 keep-alive connection. Reported: writes/s, p50/p99
+//! latency of writes and reads, and afterwards a full `listRecords` walk
+//! that must find every write exactly once (no lost, no doubled writes).
+//!
+//! `GELSTORE_BENCH_WRITERS` (8), `GELSTORE_BENCH_WRITES` (100 per writer),
+//! `GELSTORE_BENCH_READERS` (4). Every loop is bounded by count and by a
+//! 120 s deadline; the servers listen on 127.0.0.1 only.
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const COLL: &str = "app.example.note";
+const DEADLINE: Duration = Duration::from_secs(120);
+
+struct Peer {
+    name: &'static str,
+    child: Child,
+    addr: String,
+    did: String,
+    handle: String,
+    password: String,
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        for _ in 0..100 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn ready_line(child: &mut Child) -> Value {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stdout);
+        let mut line = String::new();
+        let _ = reader.read_line(&mut line);
+        let _ = tx.send(line);
+        let _ = std::io::copy(&mut reader, &mut std::io::sink());
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(90))
+        .expect("ready line");
+    serde_json::from_str(line.trim()).expect("ready line is JSON")
+}
+
+fn start_gelstore(data: &Path) -> Peer {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gelstore"))
+        .arg("--data")
+        .arg(data)
+        .args(["serve", "--listen", "127.0.0.1:0", "--password", "bench"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start gelstore serve");
+    let info = ready_line(&mut child);
+    let service = info["service"].as_str().unwrap();
+    Peer {
+        name: "gelstore serve",
+        addr: service
+            .trim_start_matches("http://")
+            .replace("localhost", "127.0.0.1"),
+        did: info["did"].as_str().unwrap().to_owned(),
+        handle: info["handle"].as_str().unwrap().to_owned(),
+        password: "bench".into(),
+        child,
+    }
+}
+
+fn start_reference() -> Option<Peer> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pds");
+    if !dir.join("node_modules/@atproto/pds/package.json").exists() {
+        println!(
+            "reference PDS: tests/pds is not installed (run the sync_pds tests once); skipped"
+        );
+        return None;
+    }
+    let mut child = Command::new("node")
+        .arg("start-pds.mjs")
+        .current_dir(&dir)
+        .env("PDS_PORT", "0")
+        .env("PLC_PORT", "0")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let info = ready_line(&mut child);
+    let service = info["service"].as_str()?;
+    Some(Peer {
+        name: "reference PDS",
+        addr: service
+            .trim_start_matches("http://")
+            .replace("localhost", "127.0.0.1"),
+        did: info["did"].as_str()?.to_owned(),
+        handle: info["handle"].as_str()?.to_owned(),
+        password: info["password"].as_str()?.to_owned(),
+        child,
+    })
+}
+
+/// One keep-alive HTTP/1.1 connection.
+struct Conn {
+    addr: String,
+    stream: BufReader<TcpStream>,
+}
+
+impl Conn {
+    fn new(addr: &str) -> Conn {
+        let stream = TcpStream::connect(addr).expect("connect");
+        stream.set_nodelay(true).ok();
+        stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
+        Conn {
+            addr: addr.to_owned(),
+            stream: BufReader::new(stream),
+        }
+    }
+
+    fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> (u16, Value) {
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.addr);
+        if let Some(t) = token {
+            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
+        }
+        if method == "POST" {
+            head.push_str("Content-Type: application/json\r\n");
+        }
+        head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+        let s = self.stream.get_mut();
+        s.write_all(head.as_bytes()).expect("write");
+        s.write_all(body.as_bytes()).expect("write");
+        let mut status_line = String::new();
+        self.stream.read_line(&mut status_line).expect("status");
+        let status: u16 = status_line
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        let mut len = 0usize;
+        let mut chunked = false;
+        loop {
+            let mut line = String::new();
+            self.stream.read_line(&mut line).expect("header");
+            let line = line.trim_end();
+            if line.is_empty() {
+                break;
+            }
+            let lower = line.to_ascii_lowercase();
+            if let Some(v) = lower.strip_prefix("content-length:") {
+                len = v.trim().parse().unwrap_or(0);
+            }
+            if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
+                chunked = true;
+            }
+        }
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                let mut size = String::new();
+                self.stream.read_line(&mut size).expect("chunk size");
+                let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+                let mut chunk = vec![0u8; n + 2];
+                self.stream.read_exact(&mut chunk).expect("chunk");
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+        } else {
+            body.resize(len, 0);
+            self.stream.read_exact(&mut body).expect("body");
+        }
+        (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
+    }
+}
+
+fn enc(s: &str) -> String {
+    s.replace('%', "%25").replace(':', "%3A")
+}
+
+fn pct(sorted: &[Duration], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+fn load(peer: &Peer, writers: usize, writes: usize, readers: usize) {
+    let mut conn = Conn::new(&peer.addr);
+    let (status, session) = conn.request(
+        "POST",
+        "/xrpc/com.atproto.server.createSession",
+        None,
+        Some(&json!({"identifier": peer.handle, "password": peer.password})),
+    );
+    assert_eq!(status, 200, "{}: login {session}", peer.name);
+    let token: Arc<str> = session["accessJwt"].as_str().unwrap().into();
+    // One record to read while the writers run.
+    let (status, first) = conn.request(
+        "POST",
+        "/xrpc/com.atproto.repo.createRecord",
+        Some(&token),
+        Some(
+            &json!({"repo": peer.did, "collection": COLL, "rkey": "seed",
+                     "record": {"$type": COLL, "text": "seed"}}),
+        ),
+    );
+    assert_eq!(status, 200, "{}: seed {first}", peer.name);
+
+    let started = Instant::now();
+    let done = Arc::new(AtomicBool::new(false));
+    let mut write_threads = Vec::new();
+    for w in 0..writers {
+        let (addr, token, did) = (peer.addr.clone(), token.clone(), peer.did.clone());
+        write_threads.push(std::thread::spawn(move || {
+            let mut conn = Conn::new(&addr);
+            let mut lat = Vec::with_capacity(writes);
+            let mut failed = 0;
+            for i in 0..writes {
+                if started.elapsed() > DEADLINE {
+                    break;
+                }
+                let t = Instant::now();
+                let (status, _) = conn.request(
+                    "POST",
+                    "/xrpc/com.atproto.repo.createRecord",
+                    Some(&token),
+                    Some(&json!({"repo": did, "collection": COLL,
+                                 "record": {"$type": COLL, "text": format!("w{w}-{i}")}})),
+                );
+                lat.push(t.elapsed());
+                if status != 200 {
+                    failed += 1;
+                }
+            }
+            (lat, failed)
+        }));
+    }
+    let mut read_threads = Vec::new();
+    for r in 0..readers {
+        let (addr, did, done) = (peer.addr.clone(), peer.did.clone(), done.clone());
+        read_threads.push(std::thread::spawn(move || {
+            let mut conn = Conn::new(&addr);
+            let mut lat = Vec::new();
+            let mut n = 0u64;
+            while !done.load(Ordering::Relaxed) && started.elapsed() < DEADLINE {
+                let path = if (n + r as u64).is_multiple_of(2) {
+                    format!(
+                        "/xrpc/com.atproto.repo.getRecord?repo={}&collection={COLL}&rkey=seed",
+                        enc(&did)
+                    )
+                } else {
+                    format!(
+                        "/xrpc/com.atproto.repo.listRecords?repo={}&collection={COLL}&limit=20",
+                        enc(&did)
+                    )
+                };
+                let t = Instant::now();
+                let (status, _) = conn.request("GET", &path, None, None);
+                lat.push(t.elapsed());
+                assert_eq!(status, 200, "read failed");
+                n += 1;
+            }
+            lat
+        }));
+    }
+    let mut wlat = Vec::new();
+    let mut failed = 0;
+    for t in write_threads {
+        let (lat, f) = t.join().expect("writer");
+        wlat.extend(lat);
+        failed += f;
+    }
+    let elapsed = started.elapsed();
+    done.store(true, Ordering::Relaxed);
+    let mut rlat = Vec::new();
+    for t in read_threads {
+        rlat.extend(t.join().expect("reader"));
+    }
+    wlat.sort();
+    rlat.sort();
+
+    // Every write exactly once.
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut doubled = 0;
+    let mut cursor: Option<String> = None;
+    for _ in 0..100_000 {
+        let mut path = format!(
+            "/xrpc/com.atproto.repo.listRecords?repo={}&collection={COLL}&limit=100",
+            enc(&peer.did)
+        );
+        if let Some(c) = &cursor {
+            path.push_str(&format!("&cursor={c}"));
+        }
+        let (status, page) = conn.request("GET", &path, None, None);
+        assert_eq!(status, 200);
+        for r in page["records"].as_array().unwrap() {
+            let text = r["value"]["text"].as_str().unwrap_or("").to_owned();
+            if !seen.insert(text) {
+                doubled += 1;
+            }
+        }
+        cursor = page["cursor"].as_str().map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let expected: HashSet<String> = (0..writers)
+        .flat_map(|w| (0..writes).map(move |i| format!("w{w}-{i}")))
+        .chain(["seed".to_owned()])
+        .collect();
+    let lost = expected.difference(&seen).count();
+    println!(
+        "{:15} {} writes in {:.2} s = {:.0} writes/s ({writers} writers); write p50 {:.1} ms p99 {:.1} ms; \
+         {} reads ({readers} readers) p50 {:.1} ms p99 {:.1} ms; failed {failed}, lost {lost}, doubled {doubled}",
+        peer.name,
+        wlat.len(),
+        elapsed.as_secs_f64(),
+        wlat.len() as f64 / elapsed.as_secs_f64(),
+        pct(&wlat, 0.5),
+        pct(&wlat, 0.99),
+        rlat.len(),
+        pct(&rlat, 0.5),
+        pct(&rlat, 0.99),
+    );
+    assert_eq!(
+        (failed, lost, doubled),
+        (0, 0, 0),
+        "{}: lost or doubled writes",
+        peer.name
+    );
+}
+
+fn main() {
+    let env = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    let writers = env("GELSTORE_BENCH_WRITERS", 8);
+    let writes = env("GELSTORE_BENCH_WRITES", 100);
+    let readers = env("GELSTORE_BENCH_READERS", 4);
+    println!(
+        "serve bench: {writers} writers x {writes} createRecord, {readers} readers (getRecord/listRecords), loopback, keep-alive"
+    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let peer = start_gelstore(&dir.path().join("data"));
+        load(&peer, writers, writes, readers);
+    }
+    if let Some(peer) = start_reference() {
+        load(&peer, writers, writes, readers);
+    }
+}

@@ -1,0 +1,63 @@
+//! `gelstore serve`: the XRPC server over the data folder (see
+//! `crate::server`). Prints one JSON line when it is ready:
+//! `{"service","did","handle"}`.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use clap::Args;
+
+use super::{Failure, Outcome, finish, say};
+use crate::server::{self, DEFAULT_LISTEN, Limits, ServeOptions};
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The address to listen on (port 0: any free port).
+    #[arg(long, default_value = DEFAULT_LISTEN)]
+    listen: SocketAddr,
+    /// The account's handle (default for a new account: gelstore.test).
+    #[arg(long)]
+    handle: Option<String>,
+    /// Sets the account's password (only a salted hash is stored); default:
+    /// the GELSTORE_PASSWORD environment variable. Without either, a new
+    /// account gets a random password, shown once on stderr.
+    #[arg(long)]
+    password: Option<String>,
+    /// The largest blob upload, in bytes.
+    #[arg(long, default_value_t = Limits::default().blob)]
+    max_blob_bytes: usize,
+    /// The largest JSON request body, in bytes.
+    #[arg(long, default_value_t = Limits::default().body)]
+    max_body_bytes: usize,
+}
+
+pub fn run(data: &Path, args: ServeArgs) -> Outcome {
+    let options = ServeOptions {
+        data: data.to_path_buf(),
+        listen: args.listen,
+        handle: args.handle,
+        password: args
+            .password
+            .or_else(|| std::env::var(super::sync::PASSWORD_ENV).ok()),
+        limits: Limits {
+            blob: args.max_blob_bytes,
+            body: args.max_body_bytes,
+            ..Limits::default()
+        },
+    };
+    finish(
+        server::run(options, |ready| {
+            say(serde_json::json!({
+                "service": ready.service,
+                "did": ready.did,
+                "handle": ready.handle,
+            }))
+        })
+        .map_err(|e| match e {
+            server::ServeError::Account(_) | server::ServeError::ReadOnly(_) => {
+                Failure::input(e.to_string())
+            }
+            other => Failure::env(other.to_string()),
+        }),
+    )
+}

@@ -1,0 +1,264 @@
+//! `gelstore serve`: an XRPC server over one data folder's repository, for
+//! standard atproto clients (DESIGN §9).
+//!
+//! | module | job |
+//! |---|---|
+//! | `mod.rs` | options, start-up (identity, account, bind, ready line, `serve.json`), shutdown |
+//! | `state` | what handlers share: the repository under one lock, account, keys, limits |
+//! | `xrpc` | `/xrpc/{nsid}`: method table, HTTP method, query, body limits, JSON/CBOR input |
+//! | `routes/` | the handlers, one module per NSID group |
+//! | `error` | the `{error, message}` responses and the status of each error name |
+//! | `auth` | HS256 session tokens (access/refresh) and the bearer header |
+//! | `account` | `account.json`: handle, salted PBKDF2 password hash, token secret |
+//! | `identity` | the did:web and its DID document |
+//! | `blobs` | uploaded blobs, one file each |
+//! | `firehose` | `subscribeRepos`: the `#commit` event log over a websocket |
+//! | `running` | `serve.json`: tells other `gelstore` commands a server holds the folder |
+
+mod account;
+mod auth;
+mod blobs;
+mod error;
+mod firehose;
+mod identity;
+mod routes;
+pub mod running;
+mod state;
+mod xrpc;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get};
+
+pub use self::account::{ACCOUNT_FILE, DEFAULT_HANDLE};
+pub use self::error::XrpcError;
+pub use self::state::Limits;
+
+use self::account::{Account, PasswordNote};
+use self::auth::TokenKeys;
+use self::blobs::BlobStore;
+use self::state::AppState;
+use crate::repo::identity::load_key;
+use crate::repo::repository::{RepoError, Repository};
+
+/// The address `gelstore serve` listens on by default.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:2583";
+
+/// How to run a server.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The data folder.
+    pub data: PathBuf,
+    /// The address to listen on (port 0: any free port).
+    pub listen: SocketAddr,
+    /// A new handle for the account (kept across restarts).
+    pub handle: Option<String>,
+    /// A new password for the account (only its hash is kept).
+    pub password: Option<String>,
+    /// Request size limits.
+    pub limits: Limits,
+}
+
+/// Why the server could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// Binding the address failed.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Opening or creating the repository failed.
+    #[error(transparent)]
+    Repo(#[from] Box<RepoError>),
+    /// The account file failed.
+    #[error(transparent)]
+    Account(#[from] account::AccountError),
+    /// Another server holds the folder.
+    #[error(transparent)]
+    Running(#[from] running::RunningError),
+    /// The store has no signing key: it cannot accept writes.
+    #[error("the repository in {0} has no signing key (an imported copy); it cannot be served")]
+    ReadOnly(String),
+    /// Serving failed.
+    #[error("server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// What the ready line says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ready {
+    /// The base URL.
+    pub service: String,
+    /// The account DID.
+    pub did: String,
+    /// The account handle.
+    pub handle: String,
+}
+
+/// Runs the server until SIGINT/SIGTERM. `ready` is called once the port is
+/// bound and the store open (the CLI prints the JSON line there).
+pub fn run(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), ServeError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(serve(options, ready))
+}
+
+async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), ServeError> {
+    let data = options.data.clone();
+    // Refuse early and clearly if another server holds the folder.
+    running::check_free(&data)?;
+    let listener = tokio::net::TcpListener::bind(options.listen)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: options.listen,
+            source,
+        })?;
+    let addr = listener.local_addr()?;
+    let (service, web_did) = identity::service_for(addr);
+
+    let open_data = data.clone();
+    let repo = tokio::task::spawn_blocking(move || Repository::init_as(&open_data, &web_did))
+        .await
+        .map_err(std::io::Error::other)?
+        .map_err(Box::new)?;
+    if !repo.is_writable() {
+        return Err(ServeError::ReadOnly(data.display().to_string()));
+    }
+    if identity::service_for(addr).1 != repo.did() {
+        eprintln!(
+            "note: this store's DID is {}, not the did:web of {service}; clients that resolve the DID will not find this server",
+            repo.did()
+        );
+    }
+    let key = load_key(&data)
+        .map_err(|e| Box::new(RepoError::from(e)))?
+        .ok_or_else(|| ServeError::ReadOnly(data.display().to_string()))?;
+    let (account, note) = Account::load_or_create(
+        &data,
+        options.handle.as_deref(),
+        options.password.as_deref(),
+    )?;
+    if let PasswordNote::Generated(pw) = &note {
+        eprintln!(
+            "created the account {} with the password {pw} (shown once; only its hash is stored: \
+             start with --password or GELSTORE_PASSWORD to set another)",
+            account.handle
+        );
+    }
+    let did_doc = identity::did_document(repo.did(), &account.handle, &key.public_key(), &service);
+    let tokens = TokenKeys::new(account.token_key(), repo.did().to_owned());
+    let state = AppState::new(
+        repo,
+        account.handle.clone(),
+        account.password_hash.clone(),
+        did_doc,
+        tokens,
+        BlobStore::new(&data),
+        options.limits,
+    );
+
+    let app = Router::new()
+        .route(
+            "/xrpc/com.atproto.sync.subscribeRepos",
+            // Any method: a non-GET or non-upgrade request gets an XRPC
+            // error from the handler rather than a bare 405.
+            any(firehose::subscribe_repos),
+        )
+        .route("/xrpc/{nsid}", any(xrpc::handle))
+        .route("/.well-known/did.json", get(did_json))
+        .route("/.well-known/atproto-did", get(atproto_did))
+        .route("/xrpc/_health", get(health))
+        .route("/{did}", get(plc_style_did))
+        .fallback(not_found)
+        .with_state(state.clone());
+
+    let marker = running::Marker::write(&data, &service, state.did.as_str())?;
+    ready(&Ready {
+        service: service.clone(),
+        did: state.did.clone(),
+        handle: state.handle.clone(),
+    });
+    let stopping = state.stopping.clone();
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            // Long-lived streams end on this, so the graceful shutdown
+            // does not wait for them forever.
+            stopping.send_replace(true);
+        })
+        .await;
+    // The store closes before the marker goes, so a command that starts
+    // when the marker is gone does not meet sled's lock.
+    drop(state);
+    drop(marker);
+    served?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+}
+
+async fn did_json(State(state): State<Arc<AppState>>) -> Response {
+    axum::Json(state.did_doc.clone()).into_response()
+}
+
+/// `GET /{did}`: the DID document of this server's account, in the place a
+/// PLC directory serves documents. A client that only knows how to ask a
+/// PLC directory (`gelstore sync --plc URL` today) can be pointed here.
+/// TODO(issue 8): did:plc itself (registering the account with a PLC
+/// directory) is not done.
+async fn plc_style_did(
+    State(state): State<Arc<AppState>>,
+    axum::extract::Path(did): axum::extract::Path<String>,
+) -> Response {
+    // The path arrives percent-decoded: `did:web:localhost%3A2583` is
+    // `did:web:localhost:2583` here.
+    if did == state.did || did == state.did.replace("%3A", ":") {
+        return did_json(State(state)).await;
+    }
+    not_found().await
+}
+
+async fn atproto_did(State(state): State<Arc<AppState>>) -> Response {
+    state.did.clone().into_response()
+}
+
+async fn health() -> Response {
+    axum::Json(serde_json::json!({"version": env!("CARGO_PKG_VERSION")})).into_response()
+}
+
+async fn not_found() -> Response {
+    XrpcError {
+        status: axum::http::StatusCode::NOT_FOUND,
+        error: "NotFound".into(),
+        message: "Not Found".into(),
+    }
+    .into_response()
+}

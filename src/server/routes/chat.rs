@@ -1,0 +1,269 @@
+//! The `chat.gel.assistant.*` methods, as far as a server that holds only
+//! sealed records can honestly answer them.
+//!
+//! What the server sees: record keys, `chat`, `role`, `status`, `parent`,
+//! `createdAt` and the other clear fields. What it cannot see: anything
+//! sealed (message content, tool calls, approvals' words, chat titles).
+//!
+//! - `getThread`: complete: the chat record and its message records as
+//!   stored (sealed fields stay sealed), in record-key order, paged.
+//! - `listApprovals`: the replies with status `waiting` that are the newest
+//!   attempt and not answered yet (no user message continues from them),
+//!   newest first. Their `calls` are sealed inside the reply's content, so
+//!   the list is empty: a client opens the reply to show them.
+//! - `answerApproval`: the checks that clear metadata allows (the reply
+//!   exists, is waiting, is the newest attempt, is not answered:
+//!   `PendingUnknown`, `PendingSuperseded`, `PendingResolved`), then a
+//!   refusal: the answer is a sealed message that only a holder of the
+//!   chat key can write (with `createRecord`/`applyWrites`). The server
+//!   never writes a plaintext answer.
+//! - `subscribeReply`: TODO(issue 8): not served. Its events are the
+//!   plaintext of a generation running in the app, which this server never
+//!   sees; a client follows a reply's status through `subscribeRepos`.
+//!
+//! Every method reads the message collection in full (no secondary index
+//! yet): O(messages) per call. TODO(issue 8): an index by chat.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::server::require_access;
+use crate::chat::keys::ReplyKey;
+use crate::server::error::XrpcError;
+use crate::server::state::{AppState, Core};
+use crate::server::xrpc::Request;
+
+const CHAT: &str = "chat.gel.assistant.chat";
+const MESSAGE: &str = "chat.gel.assistant.message";
+
+/// One message record: key, CID and value.
+struct Stored {
+    rkey: String,
+    cid: String,
+    value: Value,
+}
+
+fn messages(core: &Core) -> Result<Vec<Stored>, XrpcError> {
+    let mut out = Vec::new();
+    for item in core.repo.list(Some(MESSAGE))? {
+        let (key, cid) = item?;
+        let rkey = key[MESSAGE.len() + 1..].to_owned();
+        if let Some(entry) = core.repo.get(MESSAGE, &rkey)? {
+            out.push(Stored {
+                rkey,
+                cid: cid.to_string(),
+                value: entry.value,
+            });
+        }
+    }
+    Ok(out)
+}
+
+fn field<'a>(v: &'a Value, name: &str) -> &'a str {
+    v.get(name).and_then(Value::as_str).unwrap_or("")
+}
+
+pub async fn get_thread(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    let chat = req.required("chat")?.to_owned();
+    gelstore_codegen::syntax::check_record_key(&chat)
+        .map_err(|e| XrpcError::invalid_request(format!("chat: {}", e.reason)))?;
+    let limit = req.int("limit", 1, 1000, 500)? as usize;
+    let cursor = req.param("cursor").map(str::to_owned);
+    let did = state.did.clone();
+    let out = state
+        .with_core(move |core| {
+            let Some(record) = core.repo.get(CHAT, &chat)? else {
+                return Err(XrpcError::named(
+                    "ChatNotFound",
+                    format!("no chat has the record key {chat}"),
+                ));
+            };
+            let chat_uri = format!("at://{did}/{CHAT}/{chat}");
+            let mut page = Vec::new();
+            let mut next = None;
+            for m in messages(core)? {
+                if field(&m.value, "chat") != chat_uri
+                    || cursor.as_deref().is_some_and(|c| m.rkey.as_str() <= c)
+                {
+                    continue;
+                }
+                if page.len() == limit {
+                    next = page
+                        .last()
+                        .and_then(|v: &Value| v["uri"].as_str())
+                        .and_then(|u| u.rsplit('/').next())
+                        .map(str::to_owned);
+                    break;
+                }
+                page.push(json!({
+                    "uri": format!("at://{did}/{MESSAGE}/{}", m.rkey),
+                    "cid": m.cid,
+                    "value": m.value,
+                }));
+            }
+            let mut out = json!({
+                "chat": {"uri": chat_uri, "cid": record.cid.to_string(), "value": record.value},
+                "messages": page,
+            });
+            if let Some(c) = next {
+                out["cursor"] = c.into();
+            }
+            Ok(out)
+        })
+        .await?;
+    Ok(Json(out).into_response())
+}
+
+/// The reply bookkeeping clear metadata allows.
+struct Replies {
+    /// Reply key → (record, user message key, attempt).
+    replies: BTreeMap<String, (Stored, String, u16)>,
+    /// The newest attempt of each user message.
+    newest: HashMap<String, u16>,
+    /// Reply keys some user message continues from.
+    answered: HashSet<String>,
+}
+
+fn replies(all: Vec<Stored>) -> Replies {
+    let mut r = Replies {
+        replies: BTreeMap::new(),
+        newest: HashMap::new(),
+        answered: HashSet::new(),
+    };
+    for m in all {
+        if field(&m.value, "role") == "user" {
+            if let Some(p) = m.value.get("parent").and_then(Value::as_str) {
+                r.answered.insert(p.to_owned());
+            }
+            continue;
+        }
+        let Ok(key) = ReplyKey::parse(&m.rkey) else {
+            continue;
+        };
+        let user = key.message().to_string();
+        let attempt = key.attempt().get();
+        let newest = r.newest.entry(user.clone()).or_insert(attempt);
+        *newest = (*newest).max(attempt);
+        r.replies.insert(m.rkey.clone(), (m, user, attempt));
+    }
+    r
+}
+
+pub async fn list_approvals(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    let chat = req.param("chat").map(str::to_owned);
+    if let Some(c) = &chat {
+        gelstore_codegen::syntax::check_record_key(c)
+            .map_err(|e| XrpcError::invalid_request(format!("chat: {}", e.reason)))?;
+    }
+    let limit = req.int("limit", 1, 100, 50)? as usize;
+    let cursor = req.param("cursor").map(str::to_owned);
+    let did = state.did.clone();
+    let out = state
+        .with_core(move |core| {
+            let r = replies(messages(core)?);
+            let chat_uri = chat.map(|c| format!("at://{did}/{CHAT}/{c}"));
+            let mut waiting: Vec<&(Stored, String, u16)> = r
+                .replies
+                .iter()
+                .filter(|(key, (m, user, attempt))| {
+                    field(&m.value, "status") == "waiting"
+                        && r.newest.get(user) == Some(attempt)
+                        && !r.answered.contains(*key)
+                        && chat_uri
+                            .as_deref()
+                            .is_none_or(|c| field(&m.value, "chat") == c)
+                })
+                .map(|(_, v)| v)
+                .collect();
+            // Newest first: reply keys start with their message's TID.
+            waiting.reverse();
+            let mut page = Vec::new();
+            let mut next = None;
+            for (m, _, _) in waiting {
+                if cursor.as_deref().is_some_and(|c| m.rkey.as_str() >= c) {
+                    continue;
+                }
+                if page.len() == limit {
+                    next = Some(page_last_key(&page));
+                    break;
+                }
+                page.push(json!({
+                    "uri": format!("at://{did}/{MESSAGE}/{}", m.rkey),
+                    "cid": m.cid,
+                    "chat": field(&m.value, "chat"),
+                    // Sealed in the reply's content: see the module doc.
+                    "calls": [],
+                    "createdAt": field(&m.value, "createdAt"),
+                }));
+            }
+            let mut out = json!({"replies": page});
+            if let Some(c) = next {
+                out["cursor"] = c.into();
+            }
+            Ok(out)
+        })
+        .await?;
+    Ok(Json(out).into_response())
+}
+
+fn page_last_key(page: &[Value]) -> String {
+    page.last()
+        .and_then(|v| v["uri"].as_str())
+        .and_then(|u| u.rsplit('/').next())
+        .unwrap_or("")
+        .to_owned()
+}
+
+#[derive(Deserialize)]
+struct AnswerInput {
+    reply: String,
+    decisions: Vec<Value>,
+}
+
+pub async fn answer_approval(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    require_access(state, &req)?;
+    let input: AnswerInput = req.input()?;
+    if input.decisions.len() > 1000 {
+        return Err(XrpcError::invalid_request("at most 1000 decisions"));
+    }
+    let reply = input.reply;
+    state
+        .with_core(move |core| {
+            let r = replies(messages(core)?);
+            let Some((m, user, attempt)) = r.replies.get(&reply) else {
+                return Err(XrpcError::named(
+                    "PendingUnknown",
+                    format!("no reply has the record key {reply}"),
+                ));
+            };
+            if r.newest.get(user).is_some_and(|n| n > attempt) {
+                return Err(XrpcError::named(
+                    "PendingSuperseded",
+                    format!("a newer attempt replaced the reply {reply}"),
+                ));
+            }
+            if r.answered.contains(&reply) {
+                return Err(XrpcError::named(
+                    "PendingResolved",
+                    format!("the reply {reply} was already answered"),
+                ));
+            }
+            if field(&m.value, "status") != "waiting" {
+                return Err(XrpcError::named(
+                    "PendingUnknown",
+                    format!("the reply {reply} is not waiting for approval"),
+                ));
+            }
+            Err(XrpcError::invalid_request(
+                "this server stores sealed chats and cannot write the answer: it is a sealed \
+                 message only a holder of the chat key can write (createRecord or applyWrites \
+                 from the app)",
+            ))
+        })
+        .await
+}

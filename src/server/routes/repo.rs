@@ -1,0 +1,596 @@
+//! `com.atproto.repo.*`: record writes (each one signed commit), reads,
+//! `describeRepo` and `uploadBlob`.
+//!
+//! Every write checks the access token first, then that `repo` is this
+//! account. The writes of one request are resolved and applied under the
+//! repository lock as one `apply_with` call: all of them land in one commit
+//! or, on any error, none does.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use cid::Cid;
+use serde::{Deserialize, Deserializer};
+use serde_json::{Value, json};
+
+use super::server::require_access;
+use crate::model::parse_cid;
+use crate::repo::records::known_lexicons;
+use crate::repo::repository::{CommitInfo, RepoError, Write};
+use crate::server::error::XrpcError;
+use crate::server::state::{AppState, Core};
+use crate::server::xrpc::{Request, content_type};
+
+/// A write as the client asked for it, before the lock resolves it.
+enum Planned {
+    /// Create; without a key the server makes a TID.
+    Create {
+        collection: String,
+        rkey: Option<String>,
+        value: Value,
+    },
+    /// Create or replace; `swap` is the expected current state.
+    Put {
+        collection: String,
+        rkey: String,
+        value: Value,
+        swap: Swap,
+    },
+    /// Replace an existing record (applyWrites `#update`).
+    Update {
+        collection: String,
+        rkey: String,
+        value: Value,
+    },
+    /// Delete.
+    Delete {
+        collection: String,
+        rkey: String,
+        swap: Option<Cid>,
+    },
+}
+
+/// `swapRecord`: absent (no check), `null` (must not exist), or a CID.
+#[derive(Debug, Clone, Copy)]
+enum Swap {
+    Any,
+    Absent,
+    Is(Cid),
+}
+
+/// What one write did, for the response.
+struct Done {
+    collection: String,
+    rkey: String,
+    cid: Option<Cid>,
+}
+
+fn double_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
+    Option::<String>::deserialize(d).map(Some)
+}
+
+fn cid_param(what: &str, s: Option<&str>) -> Result<Option<Cid>, XrpcError> {
+    s.map(|s| {
+        parse_cid(s).map_err(|e| XrpcError::invalid_request(format!("{what} is not a CID: {e}")))
+    })
+    .transpose()
+}
+
+fn check_validate(collection: &str, validate: Option<bool>) -> Result<(), XrpcError> {
+    // Records of known lexicons are always validated (DESIGN §9); asking
+    // for validation of a collection we have no lexicon for is an error,
+    // as on the reference PDS.
+    if validate == Some(true) && known_lexicons().get(collection).is_none() {
+        return Err(XrpcError::invalid_request(format!(
+            "Lexicon not found: {}",
+            collection.chars().take(300).collect::<String>()
+        )));
+    }
+    Ok(())
+}
+
+fn validation_status(collection: &str) -> &'static str {
+    if known_lexicons().get(collection).is_some() {
+        "valid"
+    } else {
+        "unknown"
+    }
+}
+
+fn uri(state: &AppState, collection: &str, rkey: &str) -> String {
+    format!("at://{}/{collection}/{rkey}", state.did)
+}
+
+/// Resolves the planned writes against the current tree, applies them as
+/// one commit and reports what each did. Runs under the lock.
+fn commit(
+    core: &mut Core,
+    planned: Vec<Planned>,
+    swap_commit: Option<Cid>,
+) -> Result<(CommitInfo, Vec<Done>), XrpcError> {
+    let mut writes = Vec::with_capacity(planned.len());
+    for p in planned {
+        writes.push(match p {
+            Planned::Create {
+                collection,
+                rkey,
+                value,
+            } => {
+                let rkey = match rkey {
+                    Some(k) => k,
+                    None => core
+                        .clock
+                        .next_tid()
+                        .map_err(XrpcError::internal)?
+                        .to_string(),
+                };
+                Write::Create {
+                    collection,
+                    rkey,
+                    value,
+                }
+            }
+            Planned::Put {
+                collection,
+                rkey,
+                value,
+                swap,
+            } => {
+                let current = core.repo.get_cid(&collection, &rkey)?;
+                let path = format!("{collection}/{rkey}");
+                match (swap, current) {
+                    (Swap::Absent, Some(found)) => {
+                        return Err(XrpcError::named(
+                            "InvalidSwap",
+                            format!("record {path} exists ({found}); swapRecord was null"),
+                        ));
+                    }
+                    (Swap::Is(expected), None) => {
+                        return Err(XrpcError::named(
+                            "InvalidSwap",
+                            format!("record {path} is absent, not {expected}"),
+                        ));
+                    }
+                    (Swap::Absent | Swap::Any, None) => Write::Create {
+                        collection,
+                        rkey,
+                        value,
+                    },
+                    // The swap is checked again by `apply_with`, on the
+                    // tree as the earlier writes of the batch left it.
+                    (swap, Some(_)) => Write::Update {
+                        collection,
+                        rkey,
+                        value,
+                        swap: match swap {
+                            Swap::Is(c) => Some(c),
+                            _ => None,
+                        },
+                    },
+                }
+            }
+            Planned::Update {
+                collection,
+                rkey,
+                value,
+            } => Write::Update {
+                collection,
+                rkey,
+                value,
+                swap: None,
+            },
+            Planned::Delete {
+                collection,
+                rkey,
+                swap,
+            } => Write::Delete {
+                collection,
+                rkey,
+                swap,
+            },
+        });
+    }
+    let info = core.repo.apply_with(&writes, swap_commit)?;
+    let mut done = Vec::with_capacity(writes.len());
+    for w in &writes {
+        let cid = match w {
+            Write::Delete { .. } => None,
+            _ => core.repo.get_cid(w.collection(), w.rkey())?,
+        };
+        done.push(Done {
+            collection: w.collection().to_owned(),
+            rkey: w.rkey().to_owned(),
+            cid,
+        });
+    }
+    Ok((info, done))
+}
+
+async fn run_commit(
+    state: &Arc<AppState>,
+    planned: Vec<Planned>,
+    swap_commit: Option<Cid>,
+) -> Result<(CommitInfo, Vec<Done>), XrpcError> {
+    let (info, done) = state
+        .with_core(move |core| commit(core, planned, swap_commit))
+        .await?;
+    state.committed(&info);
+    Ok((info, done))
+}
+
+fn commit_json(info: &CommitInfo) -> Value {
+    json!({"cid": info.head.commit.to_string(), "rev": info.head.rev.to_string()})
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateInput {
+    repo: String,
+    collection: String,
+    rkey: Option<String>,
+    validate: Option<bool>,
+    record: Value,
+    swap_commit: Option<String>,
+}
+
+pub async fn create_record(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    require_access(state, &req)?;
+    let input: CreateInput = req.input()?;
+    state.own_repo(&input.repo)?;
+    check_validate(&input.collection, input.validate)?;
+    let swap_commit = cid_param("swapCommit", input.swap_commit.as_deref())?;
+    let status = validation_status(&input.collection);
+    let planned = vec![Planned::Create {
+        collection: input.collection,
+        rkey: input.rkey,
+        value: input.record,
+    }];
+    let (info, done) = run_commit(state, planned, swap_commit).await?;
+    let d = &done[0];
+    Ok(Json(json!({
+        "uri": uri(state, &d.collection, &d.rkey),
+        "cid": d.cid.map(|c| c.to_string()),
+        "commit": commit_json(&info),
+        "validationStatus": status,
+    }))
+    .into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PutInput {
+    repo: String,
+    collection: String,
+    rkey: String,
+    validate: Option<bool>,
+    record: Value,
+    #[serde(default, deserialize_with = "double_option")]
+    swap_record: Option<Option<String>>,
+    swap_commit: Option<String>,
+}
+
+pub async fn put_record(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    require_access(state, &req)?;
+    let input: PutInput = req.input()?;
+    state.own_repo(&input.repo)?;
+    check_validate(&input.collection, input.validate)?;
+    let swap = match &input.swap_record {
+        None => Swap::Any,
+        Some(None) => Swap::Absent,
+        Some(Some(s)) => Swap::Is(cid_param("swapRecord", Some(s))?.expect("given")),
+    };
+    let swap_commit = cid_param("swapCommit", input.swap_commit.as_deref())?;
+    let status = validation_status(&input.collection);
+    let planned = vec![Planned::Put {
+        collection: input.collection,
+        rkey: input.rkey,
+        value: input.record,
+        swap,
+    }];
+    let (info, done) = run_commit(state, planned, swap_commit).await?;
+    let d = &done[0];
+    Ok(Json(json!({
+        "uri": uri(state, &d.collection, &d.rkey),
+        "cid": d.cid.map(|c| c.to_string()),
+        "commit": commit_json(&info),
+        "validationStatus": status,
+    }))
+    .into_response())
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct DeleteInput {
+    repo: String,
+    collection: String,
+    rkey: String,
+    swap_record: Option<String>,
+    swap_commit: Option<String>,
+}
+
+pub async fn delete_record(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    require_access(state, &req)?;
+    let input: DeleteInput = req.input()?;
+    state.own_repo(&input.repo)?;
+    let swap = cid_param("swapRecord", input.swap_record.as_deref())?;
+    let swap_commit = cid_param("swapCommit", input.swap_commit.as_deref())?;
+    let (collection, rkey) = (input.collection, input.rkey);
+    let result = state
+        .with_core(move |core| {
+            // Deleting what is not there is a no-op without a commit (as on
+            // the reference PDS), unless the caller expected a record.
+            if swap.is_none() && core.repo.get_cid(&collection, &rkey)?.is_none() {
+                return Ok(None);
+            }
+            let planned = vec![Planned::Delete {
+                collection,
+                rkey,
+                swap,
+            }];
+            commit(core, planned, swap_commit).map(|(info, _)| Some(info))
+        })
+        .await?;
+    match result {
+        None => Ok(Json(json!({})).into_response()),
+        Some(info) => {
+            state.committed(&info);
+            Ok(Json(json!({"commit": commit_json(&info)})).into_response())
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ApplyInput {
+    repo: String,
+    validate: Option<bool>,
+    writes: Vec<Value>,
+    swap_commit: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct WriteOp {
+    #[serde(rename = "$type")]
+    kind: String,
+    collection: String,
+    rkey: Option<String>,
+    value: Option<Value>,
+}
+
+pub async fn apply_writes(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    require_access(state, &req)?;
+    let input: ApplyInput = req.input()?;
+    state.own_repo(&input.repo)?;
+    if input.writes.len() > state.limits.writes {
+        return Err(XrpcError::invalid_request(format!(
+            "Too many writes. Max: {}",
+            state.limits.writes
+        )));
+    }
+    let swap_commit = cid_param("swapCommit", input.swap_commit.as_deref())?;
+    let mut planned = Vec::with_capacity(input.writes.len());
+    let mut kinds = Vec::with_capacity(input.writes.len());
+    for (i, w) in input.writes.into_iter().enumerate() {
+        let op: WriteOp = serde_json::from_value(w)
+            .map_err(|e| XrpcError::invalid_request(format!("Invalid input: writes/{i}: {e}")))?;
+        check_validate(&op.collection, input.validate)?;
+        let need = |v: Option<String>, what: &str| {
+            v.ok_or_else(|| XrpcError::invalid_request(format!("writes/{i} must have {what}")))
+        };
+        let kind = op
+            .kind
+            .strip_prefix("com.atproto.repo.applyWrites")
+            .unwrap_or("");
+        planned.push(match kind {
+            "#create" => Planned::Create {
+                collection: op.collection,
+                rkey: op.rkey,
+                value: op.value.ok_or_else(|| {
+                    XrpcError::invalid_request(format!("writes/{i} must have value"))
+                })?,
+            },
+            "#update" => Planned::Update {
+                collection: op.collection,
+                rkey: need(op.rkey, "rkey")?,
+                value: op.value.ok_or_else(|| {
+                    XrpcError::invalid_request(format!("writes/{i} must have value"))
+                })?,
+            },
+            "#delete" => Planned::Delete {
+                collection: op.collection,
+                rkey: need(op.rkey, "rkey")?,
+                swap: None,
+            },
+            _ => {
+                return Err(XrpcError::invalid_request(format!(
+                    "writes/{i}: unknown $type {:?}",
+                    op.kind.chars().take(100).collect::<String>()
+                )));
+            }
+        });
+        kinds.push(kind.to_owned());
+    }
+    if planned.is_empty() {
+        return Err(XrpcError::invalid_request("writes must not be empty"));
+    }
+    let (info, done) = run_commit(state, planned, swap_commit).await?;
+    let results: Vec<Value> = done
+        .iter()
+        .zip(&kinds)
+        .map(|(d, kind)| match kind.as_str() {
+            "#delete" => json!({"$type": "com.atproto.repo.applyWrites#deleteResult"}),
+            _ => json!({
+                "$type": format!("com.atproto.repo.applyWrites{kind}Result"),
+                "uri": uri(state, &d.collection, &d.rkey),
+                "cid": d.cid.map(|c| c.to_string()),
+                "validationStatus": validation_status(&d.collection),
+            }),
+        })
+        .collect();
+    Ok(Json(json!({"commit": commit_json(&info), "results": results})).into_response())
+}
+
+pub async fn get_record(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    state.own_repo(req.required("repo")?)?;
+    let collection = req.required("collection")?.to_owned();
+    let rkey = req.required("rkey")?.to_owned();
+    let want = cid_param("cid", req.param("cid"))?;
+    let entry = state
+        .with_core(move |core| Ok(core.repo.get(&collection, &rkey)?))
+        .await?;
+    let not_found = || {
+        XrpcError::named(
+            "RecordNotFound",
+            format!(
+                "Could not locate record: {}",
+                uri(
+                    state,
+                    req.param("collection").unwrap_or(""),
+                    req.param("rkey").unwrap_or("")
+                )
+            ),
+        )
+    };
+    let Some(entry) = entry else {
+        return Err(not_found());
+    };
+    if want.is_some_and(|c| c != entry.cid) {
+        return Err(not_found());
+    }
+    Ok(Json(json!({
+        "uri": uri(state, req.param("collection").unwrap_or(""), req.param("rkey").unwrap_or("")),
+        "cid": entry.cid.to_string(),
+        "value": entry.value,
+    }))
+    .into_response())
+}
+
+pub async fn list_records(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    state.own_repo(req.required("repo")?)?;
+    let collection = req.required("collection")?.to_owned();
+    let limit = req.int("limit", 1, 100, 50)? as usize;
+    let reverse = req.flag("reverse")?;
+    let cursor = req.param("cursor").map(str::to_owned);
+    let did = state.did.clone();
+    let (records, next) = state
+        .with_core(move |core| {
+            let prefix = format!("{collection}/");
+            let mut page: Vec<(String, Cid)> = Vec::with_capacity(limit + 1);
+            // Newest first by default (record keys are mostly TIDs);
+            // `reverse` lists oldest first, as the reference PDS does.
+            if reverse {
+                gelstore_codegen::syntax::check_nsid(&collection)
+                    .map_err(|e| XrpcError::invalid_request(format!("collection: {}", e.reason)))?;
+                let start = match &cursor {
+                    Some(c) => format!("{prefix}{c}"),
+                    None => prefix.clone(),
+                };
+                for item in core.repo.mst().entries_from(&start) {
+                    let (key, cid) = item.map_err(RepoError::from)?;
+                    if !key.starts_with(&prefix) {
+                        break;
+                    }
+                    if cursor.is_some() && key == start {
+                        continue;
+                    }
+                    page.push((key, cid));
+                    if page.len() > limit {
+                        break;
+                    }
+                }
+            } else {
+                // TODO(issue 8): a descending page walks the collection from
+                // its start; the MST has no reverse iterator yet.
+                let mut all: Vec<(String, Cid)> = Vec::new();
+                for item in core.repo.list(Some(&collection))? {
+                    let (key, cid) = item?;
+                    if let Some(c) = &cursor
+                        && key.as_str() >= format!("{prefix}{c}").as_str()
+                    {
+                        break;
+                    }
+                    all.push((key, cid));
+                }
+                page.extend(all.into_iter().rev().take(limit + 1));
+            }
+            let more = page.len() > limit;
+            page.truncate(limit);
+            let next = if more {
+                page.last().map(|(k, _)| k[prefix.len()..].to_owned())
+            } else {
+                None
+            };
+            let mut records = Vec::with_capacity(page.len());
+            for (key, cid) in page {
+                let rkey = &key[prefix.len()..];
+                let Some(entry) = core.repo.get(&collection, rkey)? else {
+                    continue;
+                };
+                records.push(json!({
+                    "uri": format!("at://{did}/{key}"),
+                    "cid": cid.to_string(),
+                    "value": entry.value,
+                }));
+            }
+            Ok((records, next))
+        })
+        .await?;
+    let mut out = json!({"records": records});
+    if let Some(c) = next {
+        out["cursor"] = c.into();
+    }
+    Ok(Json(out).into_response())
+}
+
+pub async fn describe_repo(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    state.own_repo(req.required("repo")?)?;
+    let collections = state
+        .with_core(|core| {
+            let mut out: Vec<String> = Vec::new();
+            let mut start = String::new();
+            loop {
+                // Jump over each collection: every key of `c/…` sorts
+                // before `c0` ('/' + 1 = '0').
+                let next = core.repo.mst().entries_from(&start).next();
+                let Some(item) = next else { break };
+                let (key, _) = item.map_err(RepoError::from)?;
+                let Some((c, _)) = key.split_once('/') else {
+                    break;
+                };
+                out.push(c.to_owned());
+                start = format!("{c}0");
+            }
+            Ok(out)
+        })
+        .await?;
+    Ok(Json(json!({
+        "handle": state.handle,
+        "did": state.did,
+        "didDoc": state.did_doc,
+        "collections": collections,
+        "handleIsCorrect": true,
+    }))
+    .into_response())
+}
+
+pub async fn upload_blob(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    require_access(state, &req)?;
+    let mime = content_type(&req.headers).unwrap_or_else(|| "application/octet-stream".into());
+    let size = req.body.len();
+    let blobs = state.blobs.clone();
+    let stored_mime = mime.clone();
+    let cid = tokio::task::spawn_blocking(move || blobs.put(&req.body, &stored_mime))
+        .await
+        .map_err(XrpcError::internal)?
+        .map_err(XrpcError::internal)?;
+    Ok(Json(json!({
+        "blob": {
+            "$type": "blob",
+            "ref": {"$link": cid.to_string()},
+            "mimeType": mime,
+            "size": size,
+        }
+    }))
+    .into_response())
+}

@@ -1,0 +1,127 @@
+//! `com.atproto.sync.*` over HTTP: the repository as a CAR (whole or
+//! `since` a rev), record proofs, the head, the repo list and blobs. The
+//! firehose (`subscribeRepos`) is in `server::firehose`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::model::parse_cid;
+use crate::repo::proof::record_proof;
+use crate::repo::records::repo_key;
+use crate::repo::repository::RepoError;
+use crate::repo::tid::Tid;
+use crate::server::error::XrpcError;
+use crate::server::state::AppState;
+use crate::server::xrpc::Request;
+
+const CAR: &str = "application/vnd.ipld.car";
+
+fn own_did(state: &AppState, req: &Request) -> Result<(), XrpcError> {
+    let did = req.required("did")?;
+    if did != state.did {
+        return Err(XrpcError::named(
+            "RepoNotFound",
+            format!(
+                "Could not find repo for DID: {}",
+                did.chars().take(300).collect::<String>()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn car(bytes: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, CAR)], bytes).into_response()
+}
+
+pub async fn get_repo(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    own_did(state, &req)?;
+    let since = req
+        .param("since")
+        .map(|s| {
+            Tid::parse(s)
+                .map_err(|e| XrpcError::invalid_request(format!("since is not a TID: {e}")))
+        })
+        .transpose()?;
+    let bytes = state
+        .with_core(move |core| Ok(core.repo.export(Vec::new(), since)?.0))
+        .await?;
+    Ok(car(bytes))
+}
+
+pub async fn get_record(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    own_did(state, &req)?;
+    let key = repo_key(req.required("collection")?, req.required("rkey")?)
+        .map_err(|e| XrpcError::invalid_request(e.to_string()))?;
+    // A key that is absent gets its proof of absence (a valid CAR a client
+    // can verify), not an error.
+    let bytes = state
+        .with_core(move |core| {
+            let head = core.repo.head().commit;
+            record_proof(core.repo.mst().store(), head, &key)
+                .map_err(|e| XrpcError::from(RepoError::from(e)))
+        })
+        .await?;
+    Ok(car(bytes))
+}
+
+pub async fn get_latest_commit(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    own_did(state, &req)?;
+    let head = state.with_core(|core| Ok(core.repo.head())).await?;
+    Ok(Json(json!({"cid": head.commit.to_string(), "rev": head.rev.to_string()})).into_response())
+}
+
+pub async fn get_repo_status(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    own_did(state, &req)?;
+    let head = state.with_core(|core| Ok(core.repo.head())).await?;
+    Ok(
+        Json(json!({"did": state.did, "active": true, "rev": head.rev.to_string()}))
+            .into_response(),
+    )
+}
+
+pub async fn list_repos(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    req.int("limit", 1, 1000, 500)?;
+    // One account: a cursor means the client has seen it already.
+    if req.param("cursor").is_some() {
+        return Ok(Json(json!({"repos": []})).into_response());
+    }
+    let head = state.with_core(|core| Ok(core.repo.head())).await?;
+    Ok(Json(json!({
+        "repos": [{
+            "did": state.did,
+            "head": head.commit.to_string(),
+            "rev": head.rev.to_string(),
+            "active": true,
+        }]
+    }))
+    .into_response())
+}
+
+pub async fn get_blob(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    own_did(state, &req)?;
+    let cid = parse_cid(req.required("cid")?)
+        .map_err(|e| XrpcError::invalid_request(format!("cid: {e}")))?;
+    let blobs = state.blobs.clone();
+    let blob = tokio::task::spawn_blocking(move || blobs.get(&cid))
+        .await
+        .map_err(XrpcError::internal)?
+        .map_err(XrpcError::internal)?
+        .ok_or_else(|| XrpcError::named("BlobNotFound", "Blob not found"))?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, blob.mime),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff".to_owned()),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; sandbox".to_owned(),
+            ),
+        ],
+        blob.bytes,
+    )
+        .into_response())
+}

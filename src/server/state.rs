@@ -1,0 +1,141 @@
+//! What every request handler shares: the repository (behind one lock:
+//! commits are serial, and reads see a consistent head), the account, the
+//! token keys, the blob folder and the limits.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::auth::TokenKeys;
+use super::blobs::BlobStore;
+use super::error::XrpcError;
+use crate::repo::repository::{CommitInfo, Repository};
+use crate::repo::tid::TidClock;
+
+/// Size limits on requests.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// The largest JSON (or CBOR) request body.
+    pub body: usize,
+    /// The largest blob upload.
+    pub blob: usize,
+    /// The most writes in one `applyWrites`.
+    pub writes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            body: 2 * 1024 * 1024,
+            blob: 5 * 1024 * 1024,
+            writes: 200,
+        }
+    }
+}
+
+/// The repository and the record-key clock, used under one lock.
+pub struct Core {
+    /// The account's repository.
+    pub repo: Repository,
+    /// Makes TIDs for record keys the client leaves to the server.
+    pub clock: TidClock,
+}
+
+/// The server's shared state.
+pub struct AppState {
+    core: Mutex<Core>,
+    /// The account DID (the repository's).
+    pub did: String,
+    /// The handle.
+    pub handle: String,
+    /// The stored password hash.
+    pub password_hash: String,
+    /// The DID document served at `/.well-known/did.json`.
+    pub did_doc: Value,
+    /// Signs and checks session tokens.
+    pub tokens: TokenKeys,
+    /// Uploaded blobs.
+    pub blobs: BlobStore,
+    /// Request limits.
+    pub limits: Limits,
+    /// Bumped after every commit: wakes firehose subscribers.
+    pub commits: watch::Sender<u64>,
+    /// Set when the server is stopping: ends long-lived streams.
+    pub stopping: watch::Sender<bool>,
+}
+
+impl AppState {
+    /// Shared state over an opened repository.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        repo: Repository,
+        handle: String,
+        password_hash: String,
+        did_doc: Value,
+        tokens: TokenKeys,
+        blobs: BlobStore,
+        limits: Limits,
+    ) -> Arc<AppState> {
+        let did = repo.did().to_owned();
+        Arc::new(AppState {
+            core: Mutex::new(Core {
+                repo,
+                clock: TidClock::new(),
+            }),
+            did,
+            handle,
+            password_hash,
+            did_doc,
+            tokens,
+            blobs,
+            limits,
+            commits: watch::channel(0).0,
+            stopping: watch::channel(false).0,
+        })
+    }
+
+    /// Runs `f` on the repository on a blocking thread (sled reads and
+    /// fsyncs must not stall the async workers), under the lock.
+    pub async fn with_core<T, F>(self: &Arc<Self>, f: F) -> Result<T, XrpcError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Core) -> Result<T, XrpcError> + Send + 'static,
+    {
+        let state = self.clone();
+        tokio::task::spawn_blocking(move || {
+            // A panic inside `f` cannot leave the repository half-changed:
+            // `apply_with` changes its in-memory head only after the batch
+            // is durable. So a poisoned lock is still safe to use.
+            let mut core = state.core.lock().unwrap_or_else(|e| e.into_inner());
+            f(&mut core)
+        })
+        .await
+        .map_err(XrpcError::internal)?
+    }
+
+    /// Tells subscribers a commit landed.
+    pub fn committed(&self, _info: &CommitInfo) {
+        self.commits.send_modify(|n| *n += 1);
+    }
+
+    /// Whether `repo` (a DID or handle) names this server's account.
+    pub fn is_own_repo(&self, repo: &str) -> bool {
+        repo == self.did || repo.eq_ignore_ascii_case(&self.handle)
+    }
+
+    /// Checks that `repo` is this server's account.
+    pub fn own_repo(&self, repo: &str) -> Result<(), XrpcError> {
+        if self.is_own_repo(repo) {
+            Ok(())
+        } else {
+            Err(XrpcError::named(
+                "RepoNotFound",
+                format!(
+                    "Could not find repo: {}",
+                    repo.chars().take(300).collect::<String>()
+                ),
+            ))
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! The XRPC front door: `/xrpc/{nsid}` for every query and procedure.
+//! It looks the method up (an unknown NSID is `MethodNotImplemented`),
+//! checks the HTTP method, reads the body within the limit (a procedure
+//! only), and hands a [`Request`] to the method's handler. Every failure
+//! leaves as an [`XrpcError`]; no input reaches a panic.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, Method, header};
+use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::error::XrpcError;
+use super::routes;
+use super::state::AppState;
+use crate::model::{decode_dag_cbor, ipld_to_json};
+
+/// Whether a method is read with GET or written with POST.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// GET, parameters in the query string.
+    Query,
+    /// POST, input in the body.
+    Procedure,
+}
+
+/// One request as a handler sees it.
+#[derive(Debug)]
+pub struct Request {
+    /// The query-string parameters, in order (a name may repeat).
+    pub params: Vec<(String, String)>,
+    /// The request headers.
+    pub headers: HeaderMap,
+    /// The body (empty for a query).
+    pub body: Bytes,
+}
+
+impl Request {
+    /// The first value of parameter `name`.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// A parameter that must be there.
+    pub fn required(&self, name: &str) -> Result<&str, XrpcError> {
+        self.param(name).ok_or_else(|| {
+            XrpcError::invalid_request(format!("Params must have the property \"{name}\""))
+        })
+    }
+
+    /// An integer parameter in `min..=max`, or `default`.
+    pub fn int(&self, name: &str, min: i64, max: i64, default: i64) -> Result<i64, XrpcError> {
+        match self.param(name) {
+            None => Ok(default),
+            Some(v) => match v.parse::<i64>() {
+                Ok(n) if (min..=max).contains(&n) => Ok(n),
+                _ => Err(XrpcError::invalid_request(format!(
+                    "{name} must be an integer from {min} to {max}"
+                ))),
+            },
+        }
+    }
+
+    /// A boolean parameter (`true`/`false`), or `false`.
+    pub fn flag(&self, name: &str) -> Result<bool, XrpcError> {
+        match self.param(name) {
+            None | Some("false") => Ok(false),
+            Some("true") => Ok(true),
+            Some(_) => Err(XrpcError::invalid_request(format!(
+                "{name} must be a boolean"
+            ))),
+        }
+    }
+
+    /// The body as atproto JSON: `application/json`, or DAG-CBOR
+    /// (`application/cbor`) turned into the same JSON.
+    pub fn json(&self) -> Result<Value, XrpcError> {
+        let kind = content_type(&self.headers);
+        match kind.as_deref() {
+            Some("application/json") => serde_json::from_slice(&self.body).map_err(|e| {
+                XrpcError::invalid_request(format!("Request body is not valid JSON: {e}"))
+            }),
+            Some("application/cbor") => decode_dag_cbor(&self.body)
+                .and_then(|ipld| ipld_to_json(&ipld))
+                .map_err(|e| {
+                    XrpcError::invalid_request(format!("Request body is not valid DAG-CBOR: {e}"))
+                }),
+            Some(other) => Err(XrpcError::invalid_request(format!(
+                "Wrong request encoding (Content-Type): {}; expected application/json",
+                other.chars().take(100).collect::<String>()
+            ))),
+            None => Err(XrpcError::invalid_request(
+                "Request encoding (Content-Type) required but not provided",
+            )),
+        }
+    }
+
+    /// The JSON body decoded into `T`; a shape error is `InvalidRequest`.
+    pub fn input<T: DeserializeOwned>(&self) -> Result<T, XrpcError> {
+        let value = self.json()?;
+        if !value.is_object() {
+            return Err(XrpcError::invalid_request("Input must be an object"));
+        }
+        serde_json::from_value(value)
+            .map_err(|e| XrpcError::invalid_request(format!("Invalid input: {e}")))
+    }
+}
+
+/// The MIME type of a request, without parameters, in lower case.
+pub fn content_type(headers: &HeaderMap) -> Option<String> {
+    let v = headers.get(header::CONTENT_TYPE)?.to_str().ok()?;
+    let mime = v
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    (!mime.is_empty()).then_some(mime)
+}
+
+/// The handler of `/xrpc/{nsid}`.
+pub async fn handle(
+    State(state): State<Arc<AppState>>,
+    Path(nsid): Path<String>,
+    method: Method,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Response {
+    match dispatch(state, nsid, method, headers, query, body).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn dispatch(
+    state: Arc<AppState>,
+    nsid: String,
+    method: Method,
+    headers: HeaderMap,
+    query: Option<String>,
+    body: Body,
+) -> Result<Response, XrpcError> {
+    let Some(kind) = routes::kind_of(&nsid) else {
+        return Err(XrpcError::not_implemented(&nsid));
+    };
+    let expected = match kind {
+        Kind::Query => Method::GET,
+        Kind::Procedure => Method::POST,
+    };
+    // HEAD is GET without the body, which the HTTP layer drops.
+    if method != expected && !(kind == Kind::Query && method == Method::HEAD) {
+        return Err(XrpcError::invalid_request(format!(
+            "Incorrect HTTP method ({method}) expected {expected}"
+        )));
+    }
+    let params = parse_query(query.as_deref().unwrap_or(""))?;
+    let body = match kind {
+        Kind::Query => Bytes::new(),
+        Kind::Procedure => {
+            let limit = if routes::takes_blob(&nsid) {
+                state.limits.blob
+            } else {
+                state.limits.body
+            };
+            read_body(&headers, body, limit).await?
+        }
+    };
+    let request = Request {
+        params,
+        headers,
+        body,
+    };
+    routes::call(&state, &nsid, request).await
+}
+
+fn parse_query(query: &str) -> Result<Vec<(String, String)>, XrpcError> {
+    let mut out = Vec::new();
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        out.push((percent_decode(k)?, percent_decode(v)?));
+    }
+    Ok(out)
+}
+
+fn percent_decode(s: &str) -> Result<String, XrpcError> {
+    let bad = || XrpcError::invalid_request("Malformed query string");
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = bytes.get(i + 1..i + 3).ok_or_else(bad)?;
+                let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
+                out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out).map_err(|_| bad())
+}
+
+/// Reads a body of at most `limit` bytes: a larger declared length is
+/// refused before reading, a larger streamed body when it passes the limit.
+async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, XrpcError> {
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+        && len > limit as u64
+    {
+        return Err(XrpcError::payload_too_large(limit));
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        // `to_bytes` fails on the limit or on a broken connection; the
+        // client of the latter is gone and will not read the answer.
+        tracing::debug!("request body: {e}");
+        XrpcError::payload_too_large(limit)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn query_strings_decode_or_fail_cleanly() {
+        let p = parse_query("a=1&b=x%2Fy&c=&d&e=a+b").unwrap();
+        assert_eq!(p[1], ("b".into(), "x/y".into()));
+        assert_eq!(p[3], ("d".into(), "".into()));
+        assert_eq!(p[4], ("e".into(), "a b".into()));
+        assert!(parse_query("a=%zz").is_err());
+        assert!(parse_query("a=%").is_err());
+        assert!(parse_query("a=%ff").is_err());
+    }
+}
