@@ -131,7 +131,10 @@ mod tests {
             url("did:web:localhost%3A2583"),
             "http://localhost:2583/.well-known/did.json"
         );
-        assert_eq!(url("did:web:localhost"), "http://localhost/.well-known/did.json");
+        assert_eq!(
+            url("did:web:localhost"),
+            "http://localhost/.well-known/did.json"
+        );
         assert_eq!(
             url("did:web:127.0.0.1%3a9"),
             "http://127.0.0.1:9/.well-known/did.json"
@@ -192,7 +195,10 @@ mod tests {
         let cases = [
             serde_json::json!({"id": "did:web:other.example", "verificationMethod": []}),
             serde_json::json!({"id": did}),
-            doc(did, serde_json::json!({"id": "#other", "publicKeyMultibase": "z"})),
+            doc(
+                did,
+                serde_json::json!({"id": "#other", "publicKeyMultibase": "z"}),
+            ),
             doc(did, serde_json::json!({"id": "#atproto"})),
             doc(
                 did,

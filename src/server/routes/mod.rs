@@ -27,6 +27,7 @@ pub fn kind_of(nsid: &str) -> Option<Kind> {
         | "com.atproto.repo.describeRepo"
         | "com.atproto.sync.getRepo"
         | "com.atproto.sync.getRecord"
+        | "com.atproto.sync.getBlocks"
         | "com.atproto.sync.getLatestCommit"
         | "com.atproto.sync.getRepoStatus"
         | "com.atproto.sync.listRepos"
@@ -68,6 +69,7 @@ pub async fn call(state: &Arc<AppState>, nsid: &str, req: Request) -> Result<Res
         "com.atproto.repo.uploadBlob" => repo::upload_blob(state, req).await,
         "com.atproto.sync.getRepo" => sync::get_repo(state, req).await,
         "com.atproto.sync.getRecord" => sync::get_record(state, req).await,
+        "com.atproto.sync.getBlocks" => sync::get_blocks(state, req).await,
         "com.atproto.sync.getLatestCommit" => sync::get_latest_commit(state, req).await,
         "com.atproto.sync.getRepoStatus" => sync::get_repo_status(state, req).await,
         "com.atproto.sync.listRepos" => sync::list_repos(state, req).await,

@@ -471,7 +471,12 @@ pub async fn list_records(state: &Arc<AppState>, req: Request) -> Result<Respons
     let collection = req.required("collection")?.to_owned();
     let limit = req.int("limit", 1, 100, 50)? as usize;
     let reverse = req.flag("reverse")?;
-    let cursor = req.param("cursor").map(str::to_owned);
+    // An empty `cursor=` is no cursor, as the reference PDS reads it
+    // (clients that build the query by hand send it on the first page).
+    let cursor = req
+        .param("cursor")
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned);
     let did = state.did.clone();
     let (records, next) = state
         .with_core(move |core| {

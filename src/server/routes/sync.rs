@@ -1,5 +1,6 @@
 //! `com.atproto.sync.*` over HTTP: the repository as a CAR (whole or
-//! `since` a rev), record proofs, the head, the repo list and blobs. The
+//! `since` a rev), blocks by CID, record proofs, the head, the repo list
+//! and blobs. The
 //! firehose (`subscribeRepos`) is in `server::firehose`.
 
 use std::sync::Arc;
@@ -10,6 +11,8 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::model::parse_cid;
+use crate::repo::blocks::BlockSource;
+use crate::repo::car::CarWriter;
 use crate::repo::proof::record_proof;
 use crate::repo::records::repo_key;
 use crate::repo::repository::RepoError;
@@ -49,6 +52,45 @@ pub async fn get_repo(state: &Arc<AppState>, req: Request) -> Result<Response, X
         .transpose()?;
     let bytes = state
         .with_core(move |core| Ok(core.repo.export(Vec::new(), since)?.0))
+        .await?;
+    Ok(car(bytes))
+}
+
+/// `getBlocks`: a CAR (no roots) of the repository blocks named by the
+/// repeated `cids` parameter; any one missing fails the whole call, as the
+/// reference PDS does (`gelstore sync` fetches a push's commit this way).
+pub async fn get_blocks(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    own_did(state, &req)?;
+    let cids = req
+        .params
+        .iter()
+        .filter(|(k, _)| k == "cids")
+        .map(|(_, v)| parse_cid(v).map_err(|e| XrpcError::invalid_request(format!("cids: {e}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    if cids.is_empty() {
+        return Err(XrpcError::invalid_request(
+            "Params must have the property \"cids\"",
+        ));
+    }
+    let bytes = state
+        .with_core(move |core| {
+            let store = core.repo.mst().store();
+            let mut car = CarWriter::new(Vec::new(), &[]).map_err(XrpcError::internal)?;
+            let mut missing = Vec::new();
+            for cid in &cids {
+                match store.get(cid).map_err(XrpcError::internal)? {
+                    Some(block) => car.write_block(cid, &block).map_err(XrpcError::internal)?,
+                    None => missing.push(cid.to_string()),
+                }
+            }
+            if !missing.is_empty() {
+                return Err(XrpcError::invalid_request(format!(
+                    "Could not find cids: {}",
+                    missing.join(", ")
+                )));
+            }
+            car.finish().map_err(XrpcError::internal)
+        })
         .await?;
     Ok(car(bytes))
 }
