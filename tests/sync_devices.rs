@@ -630,3 +630,74 @@ fn a_wrong_mirror_fails_the_data_check_loudly_and_is_re_pulled(pds: Peer) {
     assert!(human.contains("pulled: 0 created"), "{human}");
     assert!(human.contains("in sync: data "), "{human}");
 }
+
+on_both_peers!(a_push_without_a_mirrored_head_over_records_already_there_is_redone_one_by_one);
+
+/// A push pinned to no head (no mirror: `sync::push` called before any
+/// pull) whose creates are already on the peer. The batch is refused — the
+/// reference PDS answers HTTP 500 for a create on a taken key, `gelstore
+/// serve` the named `InvalidSwap` (issue 8: a taken key is a named error) —
+/// and sync redoes it record by record as create-if-absent (`putRecord`
+/// with `swapRecord: null`), which both peers answer for an identical
+/// record with its CID and no new commit. A different record under a taken
+/// key is refused on both (`InvalidSwap`).
+fn a_push_without_a_mirrored_head_over_records_already_there_is_redone_one_by_one(pds: Peer) {
+    use gelstore::repo::repository::Write;
+    use gelstore::sync::{self, PushReport, Session, SyncError, SyncState};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["repo", "init"]);
+    let (k1, k2) = ("3lbqzdw5pzk22", "3lbqzdw5pzk33");
+    apply(
+        d,
+        &[
+            Write::create(CHAT, k1, chat_record("2026-01-01T00:00:00.000Z")),
+            Write::create(CHAT, k2, chat_record("2026-01-01T00:00:00.000Z")),
+        ],
+    );
+    sync::sync(d, &opts(&pds)).unwrap();
+    let head = get(&format!(
+        "{}/xrpc/com.atproto.sync.getLatestCommit?did={}",
+        pds.service,
+        pds.did_param()
+    ));
+
+    // The marker and mirror forgotten: every record goes out as a create.
+    let mut state = SyncState::load(d).unwrap();
+    state.pushed.clear();
+    state.remote = None;
+    let session = Session::login(&pds.service, &pds.handle, &pds.password).unwrap();
+    let key = sync::signing_key(&session, pds.plc_arg()).unwrap();
+    let repo = Repository::open(d).unwrap();
+    let mut report = PushReport::default();
+    sync::push(&session, &key, &repo, d, &mut state, &mut report).unwrap();
+    assert_eq!((report.created, report.retried), (2, 2), "{report:?}");
+    assert_eq!(state.pushed.len(), 2);
+    // No-ops: the peer made no commit.
+    let after = get(&format!(
+        "{}/xrpc/com.atproto.sync.getLatestCommit?did={}",
+        pds.service,
+        pds.did_param()
+    ));
+    assert_eq!(head, after);
+    drop(repo);
+
+    // A different record under a taken key: refused by both, named.
+    apply(
+        d,
+        &[Write::update(
+            CHAT,
+            k1,
+            chat_record("2026-05-05T00:00:00.000Z"),
+        )],
+    );
+    state.pushed.clear();
+    let repo = Repository::open(d).unwrap();
+    let mut report = PushReport::default();
+    let e = sync::push(&session, &key, &repo, d, &mut state, &mut report).unwrap_err();
+    assert!(
+        matches!(&e, SyncError::Xrpc { error, .. } if error == "InvalidSwap"),
+        "{e}"
+    );
+    assert_eq!(list_records(&pds, CHAT).len(), 2);
+}

@@ -562,12 +562,14 @@ pub fn push(
                     _ => None,
                 };
             }
-            Err(SyncError::Xrpc { error, .. }) if error.starts_with("InvalidSwap") => {
-                return Err(SyncError::RemoteMoved);
-            }
-            // The PDS answers 500 for a create on a taken key (and for an
-            // update/delete of a missing one): go one by one.
-            Err(SyncError::Xrpc { status: 500, .. }) => {
+            Err(e) if head_moved(session, &e, swap)? => return Err(SyncError::RemoteMoved),
+            // The reference PDS answers 500 for a create on a taken key (and
+            // for an update/delete of a missing one), `gelstore serve` a
+            // named `InvalidSwap` (`RecordNotFound`) on a head that did not
+            // move: go one by one.
+            Err(SyncError::Xrpc { status, error, .. })
+                if status == 500 || error == "InvalidSwap" || error == "RecordNotFound" =>
+            {
                 for op in batch {
                     report.retried += 1;
                     push_one(session, op, state, report)?;
@@ -578,6 +580,20 @@ pub fn push(
         state.save(data)?;
     }
     Ok(())
+}
+
+/// Whether a refused `applyWrites` pinned to `swap` was refused because
+/// the PDS's head moved: an `InvalidSwap` while the head is no longer
+/// `swap`. (`gelstore serve` also names a taken key `InvalidSwap`; then
+/// the head is still `swap`.)
+fn head_moved(session: &Session, e: &SyncError, swap: Option<Cid>) -> Result<bool, SyncError> {
+    let (SyncError::Xrpc { error, .. }, Some(swap)) = (e, swap) else {
+        return Ok(false);
+    };
+    if !error.starts_with("InvalidSwap") {
+        return Ok(false);
+    }
+    Ok(session.latest_commit()?.0 != swap)
 }
 
 fn record_done(
