@@ -149,6 +149,7 @@ on_both_peers!(
     harness_starts_on_loopback,
     device_chat_sync_verify_and_resync,
     large_push_goes_in_batches_of_200,
+    get_blocks_serves_known_blocks_and_refuses_missing_ones,
 );
 
 fn harness_starts_on_loopback(pds: Peer) {
@@ -439,4 +440,37 @@ fn large_push_goes_in_batches_of_200(pds: Peer) {
     let again = sync::sync(d, &opts).unwrap();
     assert_eq!((again.push.created, again.push.batches), (0, 0));
     assert_eq!(again.pull.rev, report.pull.rev);
+}
+
+/// `com.atproto.sync.getBlocks`, which sync uses to fetch a push's commit:
+/// a CAR of the named blocks; a CID the repository lacks fails the call
+/// (HTTP 400 `InvalidRequest` on both peers).
+fn get_blocks_serves_known_blocks_and_refuses_missing_ones(pds: Peer) {
+    let head = get_json(&format!(
+        "{}/xrpc/com.atproto.sync.getLatestCommit?did={}",
+        pds.service,
+        pds.did_param()
+    ));
+    let commit = head["cid"].as_str().unwrap();
+    let (status, car) = get(&format!(
+        "{}/xrpc/com.atproto.sync.getBlocks?did={}&cids={commit}",
+        pds.service,
+        pds.did_param()
+    ));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&car));
+    let car = gelstore::repo::car::Car::from_slice(&car).unwrap();
+    let cid = gelstore::model::parse_cid(commit).unwrap();
+    let block = car.get(&cid).expect("the commit block");
+    assert_eq!(gelstore::model::cid_for_cbor(block), cid);
+
+    // A well-formed CID of a block nobody stored.
+    let absent = gelstore::model::cid_for_cbor(b"\xa1aa\x01");
+    let (status, body) = get(&format!(
+        "{}/xrpc/com.atproto.sync.getBlocks?did={}&cids={commit}&cids={absent}",
+        pds.service,
+        pds.did_param()
+    ));
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"], "InvalidRequest", "{body}");
 }
