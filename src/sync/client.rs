@@ -584,3 +584,21 @@ fn origin(url: &str) -> String {
         None => url.to_owned(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::origin;
+
+    #[test]
+    fn origin_names_scheme_host_and_port() {
+        assert_eq!(
+            origin("http://127.0.0.1:9/did:plc:abc"),
+            "http://127.0.0.1:9"
+        );
+        assert_eq!(
+            origin("https://example.com/.well-known/did.json"),
+            "https://example.com"
+        );
+        assert_eq!(origin("http://localhost:2583"), "http://localhost:2583");
+    }
+}
