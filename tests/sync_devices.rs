@@ -4,8 +4,15 @@
 //! merges the other device's — pairing through the PDS, an approval
 //! answered on the second device, `sync status`, and a pulled record that
 //! fails our lexicon validation.
+//!
+//! Every scenario runs against both peers of tests/common_peer (the
+//! reference PDS and `gelstore serve`), as `SCENARIO::pds` and
+//! `SCENARIO::serve`. With `gelstore serve`, devices A and B both log into
+//! the server's one account.
 
 mod common_pds;
+mod common_peer;
+mod common_serve;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -13,7 +20,7 @@ use std::process::{Command, Output};
 use gelstore::repo::repository::Repository;
 use serde_json::{Value, json};
 
-use common_pds::Pds;
+use common_peer::{Kind, Peer, on_both_peers};
 
 /// Text that must never reach the PDS in the clear.
 const MARKER: &str = "PLAINTEXT-MARKER-b3Vk";
@@ -46,7 +53,7 @@ fn json_of(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
-fn login(pds: &Pds) -> Vec<&str> {
+fn login(pds: &Peer) -> Vec<&str> {
     vec![
         "--pds",
         &pds.service,
@@ -55,19 +62,19 @@ fn login(pds: &Pds) -> Vec<&str> {
         "--password",
         &pds.password,
         "--plc",
-        &pds.plc,
+        pds.plc_arg(),
         "--format",
         "json",
     ]
 }
 
-fn sync(data: &Path, pds: &Pds) -> Value {
+fn sync(data: &Path, pds: &Peer) -> Value {
     let mut args = vec!["sync"];
     args.extend(login(pds));
     json_of(&ok(data, &args))
 }
 
-fn status(data: &Path, pds: &Pds) -> Value {
+fn status(data: &Path, pds: &Peer) -> Value {
     let mut args = vec!["sync", "status"];
     args.extend(login(pds));
     json_of(&ok(data, &args))
@@ -101,19 +108,21 @@ fn post(url: &str, token: Option<&str>, body: &Value) -> (u16, Value) {
     })
 }
 
-fn list_records(pds: &Pds, collection: &str) -> Vec<Value> {
+fn list_records(pds: &Peer, collection: &str) -> Vec<Value> {
     let page: Value = serde_json::from_slice(&get(&format!(
         "{}/xrpc/com.atproto.repo.listRecords?repo={}&collection={collection}&limit=100",
-        pds.service, pds.did
+        pds.service,
+        pds.did_param()
     )))
     .unwrap();
     page["records"].as_array().unwrap().clone()
 }
 
-fn repo_car(pds: &Pds) -> Vec<u8> {
+fn repo_car(pds: &Peer) -> Vec<u8> {
     get(&format!(
         "{}/xrpc/com.atproto.sync.getRepo?did={}",
-        pds.service, pds.did
+        pds.service,
+        pds.did_param()
     ))
 }
 
@@ -154,9 +163,15 @@ fn counts(v: &Value) -> (u64, u64, u64) {
     )
 }
 
-#[test]
-fn second_device_pairs_through_the_pds_and_answers_an_approval() {
-    let pds = Pds::start();
+on_both_peers!(
+    second_device_pairs_through_the_pds_and_answers_an_approval,
+    a_pulled_record_that_fails_validation_is_refused_and_nothing_changes,
+    a_record_changed_on_both_devices_keeps_the_pds_version_and_saves_the_local_one,
+    a_push_on_a_moved_head_is_refused_whole_then_pulled_and_retried,
+    a_wrong_mirror_fails_the_data_check_loudly_and_is_re_pulled,
+);
+
+fn second_device_pairs_through_the_pds_and_answers_an_approval(pds: Peer) {
     let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (a, b) = (dirs.0.path(), dirs.1.path());
 
@@ -347,16 +362,16 @@ fn second_device_pairs_through_the_pds_and_answers_an_approval() {
     );
 }
 
-#[test]
-fn a_pulled_record_that_fails_validation_is_refused_and_nothing_changes() {
-    let pds = Pds::start();
+fn a_pulled_record_that_fails_validation_is_refused_and_nothing_changes(pds: Peer) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     ok(d, &["device", "init"]);
     sync(d, &pds);
 
-    // Another client writes a chat record our lexicon refuses (the PDS
-    // does not know the lexicon, so it stores it).
+    // Another client writes a chat record our lexicon refuses. The
+    // reference PDS does not know the lexicon, so it stores it; `gelstore
+    // serve` validates `chat.gel.assistant.*` writes (issue 8), so there it
+    // is refused at the door and never reaches any device.
     let (status_code, session) = post(
         &format!("{}/xrpc/com.atproto.server.createSession", pds.service),
         None,
@@ -374,6 +389,15 @@ fn a_pulled_record_that_fails_validation_is_refused_and_nothing_changes() {
             "record": {"$type": "chat.gel.assistant.chat", "createdAt": "not a date"},
         }),
     );
+    if pds.kind == Kind::Serve {
+        assert_eq!(status_code, 400, "{created}");
+        assert_eq!(created["error"], "InvalidRecord", "{created}");
+        assert!(list_records(&pds, CHAT).is_empty());
+        let again = sync(d, &pds);
+        assert_eq!(counts(&again["merged"]), (0, 0, 0), "{again}");
+        assert_eq!(again["pull"]["data_matches"], true, "{again}");
+        return;
+    }
     assert_eq!(status_code, 200, "{created}");
 
     let head = Repository::open(d).unwrap().head();
@@ -407,23 +431,16 @@ fn chat_record(created: &str) -> Value {
     json!({"$type": CHAT, "createdAt": created})
 }
 
-fn opts(pds: &Pds) -> gelstore::sync::SyncOptions {
-    gelstore::sync::SyncOptions {
-        service: pds.service.clone(),
-        identifier: pds.handle.clone(),
-        password: pds.password.clone(),
-        plc: pds.plc.clone(),
-    }
+fn opts(pds: &Peer) -> gelstore::sync::SyncOptions {
+    pds.options()
 }
 
 fn apply(data: &Path, writes: &[gelstore::repo::repository::Write]) {
     Repository::open(data).unwrap().apply(writes).unwrap();
 }
 
-#[test]
-fn a_record_changed_on_both_devices_keeps_the_pds_version_and_saves_the_local_one() {
+fn a_record_changed_on_both_devices_keeps_the_pds_version_and_saves_the_local_one(pds: Peer) {
     use gelstore::repo::repository::Write;
-    let pds = Pds::start();
     let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (a, b) = (dirs.0.path(), dirs.1.path());
     ok(a, &["repo", "init"]);
@@ -505,11 +522,9 @@ fn a_record_changed_on_both_devices_keeps_the_pds_version_and_saves_the_local_on
     assert_eq!(status(b, &pds)["in_sync"], true);
 }
 
-#[test]
-fn a_push_on_a_moved_head_is_refused_whole_then_pulled_and_retried() {
+fn a_push_on_a_moved_head_is_refused_whole_then_pulled_and_retried(pds: Peer) {
     use gelstore::repo::repository::Write;
     use gelstore::sync::{self, PushReport, Session, SyncError, SyncState};
-    let pds = Pds::start();
     let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (a, b) = (dirs.0.path(), dirs.1.path());
     ok(a, &["repo", "init"]);
@@ -538,7 +553,7 @@ fn a_push_on_a_moved_head_is_refused_whole_then_pulled_and_retried() {
 
     // A push pinned to the stale head: refused whole, nothing lands.
     let session = Session::login(&pds.service, &pds.handle, &pds.password).unwrap();
-    let key = sync::signing_key(&session, &pds.plc).unwrap();
+    let key = sync::signing_key(&session, pds.plc_arg()).unwrap();
     let mut state = SyncState::load(a).unwrap();
     let repo = Repository::open(a).unwrap();
     let mut report = PushReport::default();
@@ -556,9 +571,7 @@ fn a_push_on_a_moved_head_is_refused_whole_then_pulled_and_retried() {
     assert_eq!(list_records(&pds, CHAT).len(), 2);
 }
 
-#[test]
-fn a_wrong_mirror_fails_the_data_check_loudly_and_is_re_pulled() {
-    let pds = Pds::start();
+fn a_wrong_mirror_fails_the_data_check_loudly_and_is_re_pulled(pds: Peer) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     ok(d, &["device", "init"]);
@@ -616,4 +629,75 @@ fn a_wrong_mirror_fails_the_data_check_loudly_and_is_re_pulled() {
     );
     assert!(human.contains("pulled: 0 created"), "{human}");
     assert!(human.contains("in sync: data "), "{human}");
+}
+
+on_both_peers!(a_push_without_a_mirrored_head_over_records_already_there_is_redone_one_by_one);
+
+/// A push pinned to no head (no mirror: `sync::push` called before any
+/// pull) whose creates are already on the peer. The batch is refused — the
+/// reference PDS answers HTTP 500 for a create on a taken key, `gelstore
+/// serve` the named `InvalidSwap` (issue 8: a taken key is a named error) —
+/// and sync redoes it record by record as create-if-absent (`putRecord`
+/// with `swapRecord: null`), which both peers answer for an identical
+/// record with its CID and no new commit. A different record under a taken
+/// key is refused on both (`InvalidSwap`).
+fn a_push_without_a_mirrored_head_over_records_already_there_is_redone_one_by_one(pds: Peer) {
+    use gelstore::repo::repository::Write;
+    use gelstore::sync::{self, PushReport, Session, SyncError, SyncState};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["repo", "init"]);
+    let (k1, k2) = ("3lbqzdw5pzk22", "3lbqzdw5pzk33");
+    apply(
+        d,
+        &[
+            Write::create(CHAT, k1, chat_record("2026-01-01T00:00:00.000Z")),
+            Write::create(CHAT, k2, chat_record("2026-01-01T00:00:00.000Z")),
+        ],
+    );
+    sync::sync(d, &opts(&pds)).unwrap();
+    let head = get(&format!(
+        "{}/xrpc/com.atproto.sync.getLatestCommit?did={}",
+        pds.service,
+        pds.did_param()
+    ));
+
+    // The marker and mirror forgotten: every record goes out as a create.
+    let mut state = SyncState::load(d).unwrap();
+    state.pushed.clear();
+    state.remote = None;
+    let session = Session::login(&pds.service, &pds.handle, &pds.password).unwrap();
+    let key = sync::signing_key(&session, pds.plc_arg()).unwrap();
+    let repo = Repository::open(d).unwrap();
+    let mut report = PushReport::default();
+    sync::push(&session, &key, &repo, d, &mut state, &mut report).unwrap();
+    assert_eq!((report.created, report.retried), (2, 2), "{report:?}");
+    assert_eq!(state.pushed.len(), 2);
+    // No-ops: the peer made no commit.
+    let after = get(&format!(
+        "{}/xrpc/com.atproto.sync.getLatestCommit?did={}",
+        pds.service,
+        pds.did_param()
+    ));
+    assert_eq!(head, after);
+    drop(repo);
+
+    // A different record under a taken key: refused by both, named.
+    apply(
+        d,
+        &[Write::update(
+            CHAT,
+            k1,
+            chat_record("2026-05-05T00:00:00.000Z"),
+        )],
+    );
+    state.pushed.clear();
+    let repo = Repository::open(d).unwrap();
+    let mut report = PushReport::default();
+    let e = sync::push(&session, &key, &repo, d, &mut state, &mut report).unwrap_err();
+    assert!(
+        matches!(&e, SyncError::Xrpc { error, .. } if error == "InvalidSwap"),
+        "{e}"
+    );
+    assert_eq!(list_records(&pds, CHAT).len(), 2);
 }

@@ -1,9 +1,13 @@
-//! Sync when things go wrong, against the real reference PDS behind a
-//! loopback proxy (tests/common_proxy) that can go down, expire the session,
-//! tamper with the repository CAR or hold back applyWrites answers.
+//! Sync when things go wrong, against each peer of tests/common_peer (the
+//! real reference PDS and `gelstore serve`, as `SCENARIO::pds` and
+//! `SCENARIO::serve`) behind a loopback proxy (tests/common_proxy) that can
+//! go down, expire the session, tamper with the repository CAR or hold back
+//! applyWrites answers.
 
 mod common_pds;
+mod common_peer;
 mod common_proxy;
+mod common_serve;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,7 +20,7 @@ use gelstore::repo::tid::Tid;
 use gelstore::sync::{self, Progress, SyncError, SyncOptions};
 use serde_json::Value;
 
-use common_pds::Pds;
+use common_peer::{Peer, on_both_peers};
 use common_proxy::Proxy;
 
 const PREFIX: &str = "chat.gel.assistant.";
@@ -45,7 +49,7 @@ fn ok(data: &Path, args: &[&str]) -> String {
 }
 
 /// `gelstore sync` through `service` (the proxy) with the PDS's account.
-fn sync_args<'a>(pds: &'a Pds, service: &'a str, password: &'a str) -> Vec<&'a str> {
+fn sync_args<'a>(pds: &'a Peer, service: &'a str, password: &'a str) -> Vec<&'a str> {
     vec![
         "sync",
         "--pds",
@@ -55,19 +59,14 @@ fn sync_args<'a>(pds: &'a Pds, service: &'a str, password: &'a str) -> Vec<&'a s
         "--password",
         password,
         "--plc",
-        &pds.plc,
+        pds.plc_arg(),
         "--format",
         "json",
     ]
 }
 
-fn options(pds: &Pds, service: &str) -> SyncOptions {
-    SyncOptions {
-        service: service.to_owned(),
-        identifier: pds.handle.clone(),
-        password: pds.password.clone(),
-        plc: pds.plc.clone(),
-    }
+fn options(pds: &Peer, service: &str) -> SyncOptions {
+    pds.options_via(service)
 }
 
 /// A blocking GET straight to the PDS (the test's own view of it).
@@ -86,10 +85,11 @@ fn get_json(url: &str) -> Value {
 /// Every `chat.gel.assistant.*` record on the PDS as `collection/rkey` →
 /// CID: describeRepo's collections, each read through listRecords' cursor.
 /// Panics on a key listed twice.
-fn remote_records(pds: &Pds) -> BTreeMap<String, String> {
+fn remote_records(pds: &Peer) -> BTreeMap<String, String> {
     let described = get_json(&format!(
         "{}/xrpc/com.atproto.repo.describeRepo?repo={}",
-        pds.service, pds.did
+        pds.service,
+        pds.did_param()
     ));
     let mut out = BTreeMap::new();
     for collection in described["collections"].as_array().unwrap() {
@@ -101,7 +101,8 @@ fn remote_records(pds: &Pds) -> BTreeMap<String, String> {
         loop {
             let page = get_json(&format!(
                 "{}/xrpc/com.atproto.repo.listRecords?repo={}&collection={collection}&limit=100&cursor={cursor}",
-                pds.service, pds.did
+                pds.service,
+                pds.did_param()
             ));
             let records = page["records"].as_array().unwrap();
             for r in records {
@@ -175,9 +176,16 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-#[test]
-fn offline_writes_reach_the_pds_once_it_is_back() {
-    let pds = Pds::start();
+on_both_peers!(
+    offline_writes_reach_the_pds_once_it_is_back,
+    an_expired_session_is_refreshed_once_and_the_call_repeated,
+    a_sync_killed_mid_push_is_finished_by_the_next_run,
+    a_tampered_repository_car_is_refused,
+    the_progress_bar_shows_on_a_terminal_only,
+    large_records_go_in_batches_under_the_pds_body_limit,
+);
+
+fn offline_writes_reach_the_pds_once_it_is_back(pds: Peer) {
     let proxy = Proxy::start(&pds.service);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -256,9 +264,7 @@ impl Progress for Recorder {
     }
 }
 
-#[test]
-fn an_expired_session_is_refreshed_once_and_the_call_repeated() {
-    let pds = Pds::start();
+fn an_expired_session_is_refreshed_once_and_the_call_repeated(pds: Peer) {
     let proxy = Proxy::start(&pds.service);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -350,9 +356,7 @@ fn add_chats_after(data: &Path, n: u64) {
     repo.apply(&writes).unwrap();
 }
 
-#[test]
-fn a_sync_killed_mid_push_is_finished_by_the_next_run() {
-    let pds = Pds::start();
+fn a_sync_killed_mid_push_is_finished_by_the_next_run(pds: Peer) {
     let proxy = Proxy::start(&pds.service);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -409,9 +413,7 @@ fn a_sync_killed_mid_push_is_finished_by_the_next_run() {
     }
 }
 
-#[test]
-fn a_tampered_repository_car_is_refused() {
-    let pds = Pds::start();
+fn a_tampered_repository_car_is_refused(pds: Peer) {
     let proxy = Proxy::start(&pds.service);
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -440,9 +442,7 @@ fn a_tampered_repository_car_is_refused() {
     assert_eq!(remote_records(&pds), local_before);
 }
 
-#[test]
-fn the_progress_bar_shows_on_a_terminal_only() {
-    let pds = Pds::start();
+fn the_progress_bar_shows_on_a_terminal_only(pds: Peer) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     device_with_chat(d);
@@ -480,11 +480,9 @@ fn the_progress_bar_shows_on_a_terminal_only() {
     assert_eq!(report["push"]["created"], 3, "{report}");
 }
 
-#[test]
-fn large_records_go_in_batches_under_the_pds_body_limit() {
+fn large_records_go_in_batches_under_the_pds_body_limit(pds: Peer) {
     // 150 records of ~4 KiB: 600 KiB, four times the reference PDS's
     // 150 KiB JSON body limit (a single batch of 150 would get HTTP 413).
-    let pds = Pds::start();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     ok(d, &["device", "init"]);

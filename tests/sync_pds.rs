@@ -1,7 +1,12 @@
-//! `gelstore sync` against the real reference PDS (tests/pds, started by
-//! tests/common_pds on free loopback ports; installed on first use).
+//! `gelstore sync` against each peer (tests/common_peer): the real
+//! reference PDS (tests/pds, started by tests/common_pds on free loopback
+//! ports; installed on first use) and `gelstore serve` (tests/common_serve).
+//! Every scenario runs against both, as `SCENARIO::pds` and
+//! `SCENARIO::serve`.
 
 mod common_pds;
+mod common_peer;
+mod common_serve;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -12,10 +17,10 @@ use gelstore::repo::mst::Mst;
 use gelstore::repo::repository::{Repository, Write};
 use gelstore::repo::tid::Tid;
 use gelstore::repo::verify::{SignatureCheck, SignatureStatus, VerifyOptions, verify_repo_car};
-use gelstore::sync::{self, SyncOptions};
+use gelstore::sync;
 use serde_json::Value;
 
-use common_pds::Pds;
+use common_peer::{Kind, Peer, on_both_peers};
 
 /// Text that must never reach the PDS in the clear.
 const MARKER: &str = "PLAINTEXT-MARKER-q7Zx";
@@ -58,24 +63,6 @@ fn get(url: &str) -> (u16, Vec<u8>) {
     })
 }
 
-/// A blocking POST of JSON; returns the status and the JSON answer.
-fn post_json(url: &str, body: &Value) -> (u16, Value) {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let resp = reqwest::Client::new()
-            .post(url)
-            .json(body)
-            .send()
-            .await
-            .unwrap();
-        let status = resp.status().as_u16();
-        (status, resp.json().await.unwrap_or(Value::Null))
-    })
-}
-
 fn get_json(url: &str) -> Value {
     let (status, body) = get(url);
     assert_eq!(status, 200, "{url}: {}", String::from_utf8_lossy(&body));
@@ -83,13 +70,14 @@ fn get_json(url: &str) -> Value {
 }
 
 /// Every record of a collection, through listRecords' cursor.
-fn list_records(pds: &Pds, collection: &str) -> Vec<Value> {
+fn list_records(pds: &Peer, collection: &str) -> Vec<Value> {
     let mut out = Vec::new();
     let mut cursor = String::new();
     loop {
         let page = get_json(&format!(
             "{}/xrpc/com.atproto.repo.listRecords?repo={}&collection={collection}&limit=100&cursor={cursor}",
-            pds.service, pds.did
+            pds.service,
+            pds.did_param()
         ));
         let records = page["records"].as_array().unwrap();
         out.extend(records.iter().cloned());
@@ -100,8 +88,14 @@ fn list_records(pds: &Pds, collection: &str) -> Vec<Value> {
     }
 }
 
-fn pds_key(pds: &Pds) -> PublicKey {
-    let doc = get_json(&format!("{}/{}", pds.plc, pds.did));
+/// The `#atproto` key of the peer's DID document, fetched by the test
+/// itself: from the PLC (did:plc) or the server's own host (did:web).
+fn pds_key(pds: &Peer) -> PublicKey {
+    let doc = match &pds.plc {
+        Some(plc) => get_json(&format!("{plc}/{}", pds.did)),
+        None => get_json(&format!("{}/.well-known/did.json", pds.service)),
+    };
+    assert_eq!(doc["id"], pds.did.as_str(), "{doc}");
     let method = doc["verificationMethod"]
         .as_array()
         .unwrap()
@@ -118,7 +112,7 @@ fn pds_key(pds: &Pds) -> PublicKey {
     }
 }
 
-fn sync_args<'a>(pds: &'a Pds, password: &'a str) -> Vec<&'a str> {
+fn sync_args<'a>(pds: &'a Peer, password: &'a str) -> Vec<&'a str> {
     vec![
         "sync",
         "--pds",
@@ -128,7 +122,7 @@ fn sync_args<'a>(pds: &'a Pds, password: &'a str) -> Vec<&'a str> {
         "--password",
         password,
         "--plc",
-        &pds.plc,
+        pds.plc_arg(),
         "--format",
         "json",
     ]
@@ -151,23 +145,34 @@ fn local_root(data: &Path) -> (gelstore::model::Cid, usize) {
     )
 }
 
-#[test]
-fn pds_harness_starts_on_loopback() {
-    let pds = Pds::start();
-    assert!(
-        pds.service.starts_with("http://127.0.0.1:"),
-        "{}",
-        pds.service
-    );
-    assert!(pds.plc.starts_with("http://127.0.0.1:"), "{}", pds.plc);
-    assert!(pds.did.starts_with("did:plc:"), "{}", pds.did);
-    let addr = pds.service.trim_start_matches("http://");
-    std::net::TcpStream::connect(addr).expect("the PDS accepts connections");
+on_both_peers!(
+    harness_starts_on_loopback,
+    device_chat_sync_verify_and_resync,
+    large_push_goes_in_batches_of_200,
+    get_blocks_serves_known_blocks_and_refuses_missing_ones,
+);
+
+fn harness_starts_on_loopback(pds: Peer) {
+    let addr = match pds.kind {
+        Kind::Pds => {
+            let plc = pds.plc.as_deref().unwrap();
+            assert!(plc.starts_with("http://127.0.0.1:"), "{plc}");
+            assert!(pds.did.starts_with("did:plc:"), "{}", pds.did);
+            pds.service.strip_prefix("http://").unwrap().to_owned()
+        }
+        Kind::Serve => {
+            // did:web on its own host: the port's colon is `%3A`.
+            assert!(pds.plc.is_none());
+            let port = pds.service.strip_prefix("http://localhost:").unwrap();
+            assert_eq!(pds.did, format!("did:web:localhost%3A{port}"));
+            format!("127.0.0.1:{port}")
+        }
+    };
+    assert!(addr.starts_with("127.0.0.1:"), "{}", pds.service);
+    std::net::TcpStream::connect(addr).expect("the peer accepts connections");
 }
 
-#[test]
-fn device_chat_sync_verify_and_resync() {
-    let pds = Pds::start();
+fn device_chat_sync_verify_and_resync(pds: Peer) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
 
@@ -213,23 +218,29 @@ fn device_chat_sync_verify_and_resync() {
     assert!(err.contains("bad credentials"), "{err}");
     assert!(!d.join("sync.json").exists());
 
-    // A DID document that cannot be had (the PLC URL is wrong): a named
-    // error before anything is pushed.
-    let mut args = sync_args(&pds, &pds.password);
-    args[8] = &pds.service;
-    let out = gel(d, &args);
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot resolve the key of"), "{err}");
-    assert!(list_records(&pds, "chat.gel.assistant.message").is_empty());
+    // PDS-specific: a did:plc's document comes from the PLC URL given, so
+    // a wrong or unreachable one can be tried. (`gelstore serve`'s did:web
+    // is resolved from its own host; its `--plc` is already the dead
+    // port 9, and every sync below succeeding shows it is never asked.)
+    if pds.kind == Kind::Pds {
+        // A DID document that cannot be had (the PLC URL is wrong): a
+        // named error before anything is pushed.
+        let mut args = sync_args(&pds, &pds.password);
+        args[8] = &pds.service;
+        let out = gel(d, &args);
+        assert_eq!(out.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("cannot resolve the key of"), "{err}");
+        assert!(list_records(&pds, "chat.gel.assistant.message").is_empty());
 
-    // An unreachable PLC directory: exit 2.
-    let mut args = sync_args(&pds, &pds.password);
-    args[8] = "http://127.0.0.1:9";
-    let out = gel(d, &args);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("cannot reach http://127.0.0.1:9"), "{err}");
+        // An unreachable PLC directory: exit 2.
+        let mut args = sync_args(&pds, &pds.password);
+        args[8] = "http://127.0.0.1:9";
+        let out = gel(d, &args);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("cannot reach http://127.0.0.1:9"), "{err}");
+    }
 
     // Unreachable PDS: exit 2.
     let out = gel(
@@ -243,7 +254,7 @@ fn device_chat_sync_verify_and_resync() {
             "--password",
             &pds.password,
             "--plc",
-            &pds.plc,
+            pds.plc_arg(),
         ],
     );
     assert_eq!(out.status.code(), Some(2));
@@ -294,7 +305,8 @@ fn device_chat_sync_verify_and_resync() {
     // carries no plaintext.
     let (status, car) = get(&format!(
         "{}/xrpc/com.atproto.sync.getRepo?did={}",
-        pds.service, pds.did
+        pds.service,
+        pds.did_param()
     ));
     assert_eq!(status, 200);
     let key = pds_key(&pds);
@@ -372,14 +384,13 @@ fn device_chat_sync_verify_and_resync() {
         local.len() - 1
     );
 
-    // Another account on the same PDS: this store is linked to alice's.
-    let (status, bob) = post_json(
-        &format!("{}/xrpc/com.atproto.server.createAccount", pds.service),
-        &serde_json::json!({"handle": "bob.test", "email": "bob@example.com", "password": "bob-pass"}),
-    );
-    assert_eq!(status, 200, "{bob}");
-    let mut args = sync_args(&pds, "bob-pass");
-    args[4] = "bob.test";
+    // Another account (on the same PDS; for `gelstore serve`, which serves
+    // one account per data folder, on a second server): this store is
+    // linked to the first one's.
+    let bob = pds.another_account();
+    let mut args = sync_args(&pds, &bob.password);
+    args[2] = &bob.service;
+    args[4] = &bob.handle;
     let out = gel(d, &args);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -389,15 +400,13 @@ fn device_chat_sync_verify_and_resync() {
     );
     let bobs = get_json(&format!(
         "{}/xrpc/com.atproto.repo.listRecords?repo={}&collection=chat.gel.assistant.message",
-        pds.service,
-        bob["did"].as_str().unwrap()
+        bob.service,
+        bob.did_param()
     ));
     assert_eq!(bobs["records"], serde_json::json!([]), "{bobs}");
 }
 
-#[test]
-fn large_push_goes_in_batches_of_200() {
-    let pds = Pds::start();
+fn large_push_goes_in_batches_of_200(pds: Peer) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     ok(d, &["device", "init"]);
@@ -418,12 +427,7 @@ fn large_push_goes_in_batches_of_200() {
             .collect();
         repo.apply(&writes).unwrap();
     }
-    let opts = SyncOptions {
-        service: pds.service.clone(),
-        identifier: pds.handle.clone(),
-        password: pds.password.clone(),
-        plc: pds.plc.clone(),
-    };
+    let opts = pds.options();
     let (root, ours) = local_root(d);
     assert!(ours >= 250);
     let report = sync::sync(d, &opts).unwrap();
@@ -436,4 +440,42 @@ fn large_push_goes_in_batches_of_200() {
     let again = sync::sync(d, &opts).unwrap();
     assert_eq!((again.push.created, again.push.batches), (0, 0));
     assert_eq!(again.pull.rev, report.pull.rev);
+}
+
+/// `com.atproto.sync.getBlocks`, which sync uses to fetch a push's commit:
+/// a CAR of the named blocks; a CID the repository lacks fails the call
+/// with HTTP 400: `InvalidRequest` from the reference PDS (its handler
+/// throws that), the lexicon's `BlockNotFound` from gelstore serve.
+fn get_blocks_serves_known_blocks_and_refuses_missing_ones(pds: Peer) {
+    let head = get_json(&format!(
+        "{}/xrpc/com.atproto.sync.getLatestCommit?did={}",
+        pds.service,
+        pds.did_param()
+    ));
+    let commit = head["cid"].as_str().unwrap();
+    let (status, car) = get(&format!(
+        "{}/xrpc/com.atproto.sync.getBlocks?did={}&cids={commit}",
+        pds.service,
+        pds.did_param()
+    ));
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&car));
+    let car = gelstore::repo::car::Car::from_slice(&car).unwrap();
+    let cid = gelstore::model::parse_cid(commit).unwrap();
+    let block = car.get(&cid).expect("the commit block");
+    assert_eq!(gelstore::model::cid_for_cbor(block), cid);
+
+    // A well-formed CID of a block nobody stored.
+    let absent = gelstore::model::cid_for_cbor(b"\xa1aa\x01");
+    let (status, body) = get(&format!(
+        "{}/xrpc/com.atproto.sync.getBlocks?did={}&cids={commit}&cids={absent}",
+        pds.service,
+        pds.did_param()
+    ));
+    let body: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(status, 400, "{body}");
+    let expected = match pds.kind {
+        Kind::Pds => "InvalidRequest",
+        Kind::Serve => "BlockNotFound",
+    };
+    assert_eq!(body["error"], expected, "{body}");
 }

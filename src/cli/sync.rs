@@ -51,7 +51,8 @@ pub struct LoginArgs {
     /// GELSTORE_PASSWORD environment variable.
     #[arg(long)]
     pub password: Option<String>,
-    /// The PLC directory the account's DID document comes from.
+    /// The PLC directory a did:plc account's DID document comes from (a
+    /// did:web's comes from its own host).
     #[arg(long, value_name = "URL", default_value = DEFAULT_PLC)]
     pub plc: String,
     #[arg(long, value_enum, default_value_t)]

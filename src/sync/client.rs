@@ -476,24 +476,24 @@ impl Session {
             .map_err(|e| xrpc_error(&self.service, "com.atproto.sync.getRepo", e))
     }
 
-    /// `GET {plc}/{did}`: the account's DID document.
-    pub fn did_document(&self, plc: &str) -> Result<Value, SyncError> {
-        let url = format!("{}/{}", plc.trim_end_matches('/'), self.did);
+    /// `GET url`: the account's DID document (the URL from
+    /// [`super::did::document_url`]).
+    pub fn did_document(&self, url: &str) -> Result<Value, SyncError> {
         self.rt.block_on(async {
             let fail = |reason: String| SyncError::DidResolution {
                 did: self.did.clone(),
-                url: url.clone(),
+                url: url.to_owned(),
                 reason,
             };
-            // A PLC directory that cannot be reached is the environment's
-            // failure (exit 2), like an unreachable PDS.
+            // A PLC directory or did:web host that cannot be reached is
+            // the environment's failure (exit 2), like an unreachable PDS.
             let resp = self
                 .http
-                .get(&url)
+                .get(url)
                 .send()
                 .await
                 .map_err(|e| SyncError::Unreachable {
-                    url: plc.to_owned(),
+                    url: origin(url),
                     reason: error_chain(&e),
                 })?;
             if !resp.status().is_success() {
@@ -573,5 +573,32 @@ impl Session {
         self.rt
             .block_on(self.api.service.com.atproto.sync.get_blocks(params.into()))
             .map_err(|e| xrpc_error(&self.service, METHOD, e))
+    }
+}
+
+/// `scheme://host:port` of a URL (what "cannot reach" names).
+fn origin(url: &str) -> String {
+    let after_scheme = url.find("://").map_or(0, |i| i + 3);
+    match url[after_scheme..].find('/') {
+        Some(i) => url[..after_scheme + i].to_owned(),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::origin;
+
+    #[test]
+    fn origin_names_scheme_host_and_port() {
+        assert_eq!(
+            origin("http://127.0.0.1:9/did:plc:abc"),
+            "http://127.0.0.1:9"
+        );
+        assert_eq!(
+            origin("https://example.com/.well-known/did.json"),
+            "https://example.com"
+        );
+        assert_eq!(origin("http://localhost:2583"), "http://localhost:2583");
     }
 }

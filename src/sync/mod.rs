@@ -6,7 +6,8 @@
 //!
 //! 1. login (`connect`): `createSession`; a store linked to another
 //!    account is refused; the `#atproto` key of the DID document (PLC
-//!    directory) is resolved before anything is written.
+//!    directory for did:plc, the host's `/.well-known/did.json` for
+//!    did:web: [`did`]) is resolved before anything is written.
 //! 2. pull ([`mirror::fetch`]): nothing when `getLatestCommit` names the
 //!    mirrored head; else `getRepo?since=<mirrored rev>`, verified over the
 //!    mirror's rebuilt tree and the local record blocks, or the full
@@ -42,6 +43,7 @@
 mod auth;
 mod batch;
 mod client;
+pub mod did;
 pub mod merge;
 pub mod mirror;
 pub mod progress;
@@ -65,7 +67,7 @@ pub use progress::{NoProgress, Progress};
 pub use status::{StatusReport, status};
 
 use crate::repo::blocks::MemoryBlocks;
-use crate::repo::keys::{KeyAlgorithm, KeyError, PublicKey};
+use crate::repo::keys::PublicKey;
 use crate::repo::mst::Mst;
 use crate::repo::repository::{RepoError, Repository};
 use crate::repo::verify::{SignatureCheck, VerifyError, VerifyOptions, verify_repo_car};
@@ -135,6 +137,15 @@ pub enum SyncError {
         linked: String,
         /// The DID logged in.
         got: String,
+    },
+    /// The account's DID is not one sync can resolve (did:plc and
+    /// host-only did:web are); nothing was fetched.
+    #[error("cannot resolve the DID document of {did}: {reason}")]
+    UnsupportedDid {
+        /// The DID.
+        did: String,
+        /// Why.
+        reason: String,
     },
     /// The account's signing key could not be found.
     #[error("cannot resolve the key of {did} from {url}: {reason}")]
@@ -551,12 +562,14 @@ pub fn push(
                     _ => None,
                 };
             }
-            Err(SyncError::Xrpc { error, .. }) if error.starts_with("InvalidSwap") => {
-                return Err(SyncError::RemoteMoved);
-            }
-            // The PDS answers 500 for a create on a taken key (and for an
-            // update/delete of a missing one): go one by one.
-            Err(SyncError::Xrpc { status: 500, .. }) => {
+            Err(e) if head_moved(session, &e, swap)? => return Err(SyncError::RemoteMoved),
+            // The reference PDS answers 500 for a create on a taken key (and
+            // for an update/delete of a missing one), `gelstore serve` a
+            // named `InvalidSwap` (`RecordNotFound`) on a head that did not
+            // move: go one by one.
+            Err(SyncError::Xrpc { status, error, .. })
+                if status == 500 || error == "InvalidSwap" || error == "RecordNotFound" =>
+            {
                 for op in batch {
                     report.retried += 1;
                     push_one(session, op, state, report)?;
@@ -567,6 +580,20 @@ pub fn push(
         state.save(data)?;
     }
     Ok(())
+}
+
+/// Whether a refused `applyWrites` pinned to `swap` was refused because
+/// the PDS's head moved: an `InvalidSwap` while the head is no longer
+/// `swap`. (`gelstore serve` also names a taken key `InvalidSwap`; then
+/// the head is still `swap`.)
+fn head_moved(session: &Session, e: &SyncError, swap: Option<Cid>) -> Result<bool, SyncError> {
+    let (SyncError::Xrpc { error, .. }, Some(swap)) = (e, swap) else {
+        return Ok(false);
+    };
+    if !error.starts_with("InvalidSwap") {
+        return Ok(false);
+    }
+    Ok(session.latest_commit()?.0 != swap)
 }
 
 fn record_done(
@@ -634,42 +661,13 @@ pub(crate) fn parse_marker_cid(key: &str, cid: &str) -> Result<Cid, SyncError> {
     })
 }
 
-/// The account's `#atproto` signing key, from its DID document.
+/// The account's `#atproto` signing key, from its DID document: from the
+/// PLC directory `plc` for a did:plc, from the host itself for a did:web
+/// (see [`did::document_url`]).
 pub fn signing_key(session: &Session, plc: &str) -> Result<PublicKey, SyncError> {
-    let doc = session.did_document(plc)?;
-    let url = format!("{}/{}", plc.trim_end_matches('/'), session.did());
-    let fail = |reason: String| SyncError::DidResolution {
-        did: session.did().to_owned(),
-        url: url.clone(),
-        reason,
-    };
-    if doc["id"].as_str() != Some(session.did()) {
-        return Err(fail(format!("the document is for {}", doc["id"])));
-    }
-    let methods = doc["verificationMethod"]
-        .as_array()
-        .ok_or_else(|| fail("no verificationMethod".into()))?;
-    let method = methods
-        .iter()
-        .find(|m| {
-            m["id"]
-                .as_str()
-                .is_some_and(|id| id == "#atproto" || id == format!("{}#atproto", session.did()))
-        })
-        .ok_or_else(|| fail("no #atproto verification method".into()))?;
-    let multikey = method["publicKeyMultibase"]
-        .as_str()
-        .ok_or_else(|| fail("#atproto has no publicKeyMultibase".into()))?;
-    let key = match method["type"].as_str() {
-        Some("EcdsaSecp256k1VerificationKey2019") => {
-            PublicKey::from_legacy_multibase(KeyAlgorithm::K256, multikey)
-        }
-        Some("EcdsaSecp256r1VerificationKey2019") => {
-            PublicKey::from_legacy_multibase(KeyAlgorithm::P256, multikey)
-        }
-        _ => PublicKey::from_multikey(multikey),
-    };
-    key.map_err(|e: KeyError| fail(e.to_string()))
+    let url = did::document_url(session.did(), plc)?;
+    let doc = session.did_document(&url)?;
+    did::atproto_key(&doc, session.did(), &url)
 }
 
 /// Fetches the PDS's whole repository and checks it with
@@ -930,7 +928,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::repo::keys::SigningKey;
+    use crate::repo::keys::{KeyAlgorithm, SigningKey};
     use crate::repo::repository::Write;
     use crate::store::MemoryEngine;
 

@@ -282,6 +282,23 @@ pub async fn put_record(state: &Arc<AppState>, req: Request) -> Result<Response,
     };
     let swap_commit = cid_param("swapCommit", input.swap_commit.as_deref())?;
     let status = validation_status(&input.collection);
+    // The record already stored as given: a no-op without a commit (the
+    // swaps are not checked), as the reference PDS answers it. `gelstore
+    // sync` relies on this for its create-if-absent retries.
+    if let Ok(cid) = crate::model::record_cid(&input.record) {
+        let (collection, rkey) = (input.collection.clone(), input.rkey.clone());
+        let current = state
+            .with_core(move |core| Ok(core.repo.get_cid(&collection, &rkey)?))
+            .await?;
+        if current == Some(cid) {
+            return Ok(Json(json!({
+                "uri": uri(state, &input.collection, &input.rkey),
+                "cid": cid.to_string(),
+                "validationStatus": status,
+            }))
+            .into_response());
+        }
+    }
     let planned = vec![Planned::Put {
         collection: input.collection,
         rkey: input.rkey,
@@ -471,7 +488,12 @@ pub async fn list_records(state: &Arc<AppState>, req: Request) -> Result<Respons
     let collection = req.required("collection")?.to_owned();
     let limit = req.int("limit", 1, 100, 50)? as usize;
     let reverse = req.flag("reverse")?;
-    let cursor = req.param("cursor").map(str::to_owned);
+    // An empty `cursor=` is no cursor, as the reference PDS reads it
+    // (clients that build the query by hand send it on the first page).
+    let cursor = req
+        .param("cursor")
+        .filter(|c| !c.is_empty())
+        .map(str::to_owned);
     let did = state.did.clone();
     let (records, next) = state
         .with_core(move |core| {

@@ -1,5 +1,6 @@
 //! `com.atproto.sync.*` over HTTP: the repository as a CAR (whole or
-//! `since` a rev), record proofs, the head, the repo list and blobs. The
+//! `since` a rev), blocks by CID, record proofs, the head, the repo list
+//! and blobs. The
 //! firehose (`subscribeRepos`) is in `server::firehose`.
 
 use std::sync::Arc;
@@ -58,6 +59,10 @@ pub async fn get_repo(state: &Arc<AppState>, req: Request) -> Result<Response, X
 /// Most CIDs one `getBlocks` call takes.
 const MAX_BLOCKS: usize = 10_000;
 
+/// `getBlocks`: a CAR (no roots) of the repository blocks named by the
+/// repeated `cids` parameter, each once; any one missing fails the whole
+/// call with the lexicon's `BlockNotFound` (`gelstore sync` fetches a
+/// push's commit this way).
 pub async fn get_blocks(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     own_did(state, &req)?;
     let mut cids = Vec::new();
@@ -68,13 +73,16 @@ pub async fn get_blocks(state: &Arc<AppState>, req: Request) -> Result<Response,
             );
         }
     }
+    if cids.is_empty() {
+        return Err(XrpcError::invalid_request(
+            "Params must have the property \"cids\"",
+        ));
+    }
     if cids.len() > MAX_BLOCKS {
         return Err(XrpcError::invalid_request(format!(
             "at most {MAX_BLOCKS} cids per call"
         )));
     }
-    // A CAR without roots holding the blocks asked for, each once; any
-    // block this repository does not hold is `BlockNotFound`.
     let bytes = state
         .with_core(move |core| {
             let store = core.repo.mst().store();
