@@ -225,7 +225,7 @@ fn approve(data: &Path, args: ApproveArgs) -> Result<()> {
                 );
             } else {
                 eprintln!(
-                    "approved device {} (account epoch {}); now export this repository (gelstore repo export --out FILE.car) and run on the new device: gelstore device join --from FILE.car",
+                    "approved device {} (account epoch {}); now run gelstore sync here, then on the new device: gelstore sync, gelstore device join (without a PDS: gelstore repo export --out FILE.car here, gelstore device join --from FILE.car there)",
                     out.device, out.epoch
                 );
             }
