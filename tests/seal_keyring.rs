@@ -5,8 +5,8 @@
 #[path = "common/seal_rng.rs"]
 mod seal_rng;
 
+use gelstore::model::now_datetime;
 use gelstore::model::{ipld_to_json, record_from_json};
-use gelstore::seal::keyring::now_datetime;
 use gelstore::seal::{
     DeviceKey, KeyLookup, KeyWrap, Keyring, Padding, PairingCode, Place, Recipient, SealError,
     SealOptions, WRAP_ALG_V1, open_record, pair_request, seal_record,

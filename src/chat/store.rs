@@ -42,9 +42,9 @@ use crate::lexicon::chat::gel::assistant::defs::{
 use crate::lexicon::chat::gel::assistant::message::{Message, MessageRole, MessageStatus};
 use crate::lexicon::support::{AtUri, Datetime};
 use crate::model::Cid;
+use crate::model::now_datetime;
 use crate::repo::repository::{RepoError, Write};
 use crate::repo::tid::{Tid, TidClock};
-use crate::seal::keyring::now_datetime;
 use crate::seal::{SealError, os_rng};
 
 /// The chat collection.

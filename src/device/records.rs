@@ -16,9 +16,9 @@ use crate::lexicon::chat::gel::assistant::key_wrap::{
     AccountRecipient, DeviceRecipient, KeyWrap as KeyWrapRecord, KeyWrapAlg, KeyWrapRecipient,
 };
 use crate::lexicon::support::{Bytes, Datetime, RecordKey};
+use crate::model::now_datetime;
 use crate::repo::repository::{RepoError, Repository, Write};
 use crate::repo::tid::TidClock;
-use crate::seal::keyring::now_datetime;
 use crate::seal::wrap::KEY_WRAP_COLLECTION;
 use crate::seal::{KeyWrap, Recipient, WRAP_ALG_V1};
 

@@ -33,6 +33,7 @@ mod cid;
 mod error;
 mod json;
 mod scan;
+mod time;
 mod validate;
 
 pub use ::cid::Cid;
@@ -46,6 +47,7 @@ pub use self::cid::{
 pub use self::error::{DataModelError, Result};
 pub(crate) use self::json::BASE64;
 pub use self::json::{ipld_to_json, json_to_ipld, record_from_json};
+pub use self::time::now_datetime;
 pub use self::validate::{check_data_model, check_record};
 
 /// Maximum nesting of lists and maps (a scalar at the top level is depth 0,

@@ -43,6 +43,7 @@ use zeroize::Zeroizing;
 use super::error::{Result, SealError};
 use super::keys::{AccountKey, ChatKey, DeviceKey, KEY_LEN, KeyLookup, X25519Pair, random_hex};
 use super::wrap::{KeyWrap, Psk, Recipient, open_wrap, seal_wrap};
+use crate::model::now_datetime;
 
 /// Bytes of secret in a pairing code.
 pub const PAIRING_SECRET_LEN: usize = 10;
@@ -784,34 +785,6 @@ fn new_account_key(epoch: u64, rng: &mut impl CryptoRng) -> AccountKey {
         epoch,
         pair: X25519Pair::generate(rng),
     }
-}
-
-/// The wall clock as an atproto datetime (`YYYY-MM-DDTHH:MM:SS.mmmZ`).
-pub fn now_datetime() -> String {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
-    let ms = u64::try_from(ms).unwrap_or(0);
-    let (secs, millis) = (ms / 1000, ms % 1000);
-    let days = i64::try_from(secs / 86_400).unwrap_or(0);
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 #[cfg(test)]

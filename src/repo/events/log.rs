@@ -96,7 +96,7 @@ impl EventLog {
             .last
             .checked_add(1)
             .ok_or_else(|| RepoError::Corrupt("event sequence numbers are exhausted".into()))?;
-        let time = crate::seal::keyring::now_datetime();
+        let time = crate::model::now_datetime();
         let event = commit_frame(seq, &time, parts)?;
         batch.put(Table::Events, seq.to_be_bytes(), encode_row(&event));
         batch.put(Table::Meta, META_EVENT_SEQ, seq.to_be_bytes());
