@@ -261,10 +261,10 @@ async fn did_json(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// `GET /{did}`: the DID document of this server's account, in the place a
-/// PLC directory serves documents. A client that only knows how to ask a
-/// PLC directory (`gelstore sync --plc URL` today) can be pointed here.
-/// TODO(issue 8): did:plc itself (registering the account with a PLC
-/// directory) is not done.
+/// PLC directory serves documents, for clients that only know how to ask a
+/// PLC directory (`gelstore sync` itself resolves a did:web from
+/// `/.well-known/did.json`; an account made with `--plc` is registered
+/// with that directory instead).
 async fn plc_style_did(
     State(state): State<Arc<AppState>>,
     axum::extract::Path(did): axum::extract::Path<String>,
