@@ -61,6 +61,9 @@ pub enum AccountError {
     Random(String),
 }
 
+/// The shortest HS256 key accepted for session tokens.
+pub const MIN_TOKEN_KEY: usize = 32;
+
 /// The stored account.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -102,12 +105,25 @@ impl Account {
             })?;
         }
         let existing = match fs::read(&path) {
-            Ok(bytes) => Some(serde_json::from_slice::<Account>(&bytes).map_err(|e| {
-                AccountError::Malformed {
-                    path: shown.clone(),
-                    reason: e.to_string(),
+            Ok(bytes) => {
+                let account = serde_json::from_slice::<Account>(&bytes).map_err(|e| {
+                    AccountError::Malformed {
+                        path: shown.clone(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                // Fail closed: a short or undecodable key would let anyone
+                // forge session tokens.
+                if account.token_key().is_none() {
+                    return Err(AccountError::Malformed {
+                        path: shown,
+                        reason: format!(
+                            "tokenSecret is not base64 of at least {MIN_TOKEN_KEY} bytes"
+                        ),
+                    });
                 }
-            })?),
+                Some(account)
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(source) => {
                 return Err(AccountError::Io {
@@ -139,6 +155,8 @@ impl Account {
             && !verify_password(pw, &account.password_hash)
         {
             account.password_hash = hash_password(pw)?;
+            // A new password ends every session made with the old one.
+            account.token_secret = B64.encode(random_bytes::<32>()?);
             note = PasswordNote::Set;
             changed = true;
         }
@@ -155,9 +173,12 @@ impl Account {
         Ok((account, note))
     }
 
-    /// The token key bytes.
-    pub fn token_key(&self) -> Vec<u8> {
-        B64.decode(&self.token_secret).unwrap_or_default()
+    /// The token key bytes; `None` if the stored secret is not base64 of
+    /// at least [`MIN_TOKEN_KEY`] bytes.
+    pub fn token_key(&self) -> Option<Vec<u8>> {
+        B64.decode(&self.token_secret)
+            .ok()
+            .filter(|key| key.len() >= MIN_TOKEN_KEY)
     }
 }
 
@@ -266,6 +287,28 @@ mod tests {
     }
 
     #[test]
+    fn an_account_with_a_short_or_broken_token_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, _) = Account::load_or_create(dir.path(), None, None).unwrap();
+        for secret in ["", "not base64!", "AAAA"] {
+            let broken = Account {
+                token_secret: secret.to_owned(),
+                ..a.clone()
+            };
+            fs::write(
+                dir.path().join(ACCOUNT_FILE),
+                serde_json::to_vec(&broken).unwrap(),
+            )
+            .unwrap();
+            let err = Account::load_or_create(dir.path(), None, None).unwrap_err();
+            assert!(
+                matches!(err, AccountError::Malformed { .. }),
+                "{secret:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
     fn a_new_account_gets_a_generated_password_and_keeps_it() {
         let dir = tempfile::tempdir().unwrap();
         let (a, note) = Account::load_or_create(dir.path(), None, None).unwrap();
@@ -278,8 +321,12 @@ mod tests {
         let (b, note) = Account::load_or_create(dir.path(), None, Some(&pw)).unwrap();
         assert_eq!(note, PasswordNote::Kept);
         assert_eq!(a.token_secret, b.token_secret);
-        let (_, note) = Account::load_or_create(dir.path(), Some("x.test"), Some("new")).unwrap();
+        let (c, note) = Account::load_or_create(dir.path(), Some("x.test"), Some("new")).unwrap();
         assert_eq!(note, PasswordNote::Set);
+        assert_ne!(
+            c.token_secret, b.token_secret,
+            "a new password keeps the old sessions"
+        );
         assert!(Account::load_or_create(dir.path(), Some("not a handle"), None).is_err());
     }
 }

@@ -180,7 +180,13 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         );
     }
     let did_doc = identity::did_document(repo.did(), &account.handle, &key.public_key(), &service);
-    let tokens = TokenKeys::new(account.token_key(), repo.did().to_owned());
+    let token_key = account
+        .token_key()
+        .ok_or_else(|| account::AccountError::Malformed {
+            path: data.join(account::ACCOUNT_FILE).display().to_string(),
+            reason: "tokenSecret is too short".into(),
+        })?;
+    let tokens = TokenKeys::new(token_key, repo.did().to_owned());
     let state = AppState::new(
         repo,
         account.handle.clone(),

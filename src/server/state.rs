@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use super::auth::TokenKeys;
 use super::blobs::BlobStore;
 use super::error::XrpcError;
-use crate::repo::repository::{CommitInfo, Repository};
+use crate::repo::repository::Repository;
 use crate::repo::tid::TidClock;
 
 /// Size limits on requests.
@@ -96,7 +96,8 @@ impl AppState {
     }
 
     /// Runs `f` on the repository on a blocking thread (sled reads and
-    /// fsyncs must not stall the async workers), under the lock.
+    /// fsyncs must not stall the async workers), under the lock; if `f`
+    /// moved the head, `subscribeRepos` subscribers are woken.
     pub async fn with_core<T, F>(self: &Arc<Self>, f: F) -> Result<T, XrpcError>
     where
         T: Send + 'static,
@@ -108,15 +109,17 @@ impl AppState {
             // `apply_with` changes its in-memory head only after the batch
             // is durable. So a poisoned lock is still safe to use.
             let mut core = state.core.lock().unwrap_or_else(|e| e.into_inner());
-            f(&mut core)
+            let before = core.repo.head().commit;
+            let result = f(&mut core);
+            // Wake subscribers here, not in the handler: a client that
+            // hangs up drops its handler, but this task still commits.
+            if core.repo.head().commit != before {
+                state.commits.send_modify(|n| *n += 1);
+            }
+            result
         })
         .await
         .map_err(XrpcError::internal)?
-    }
-
-    /// Tells subscribers a commit landed.
-    pub fn committed(&self, _info: &CommitInfo) {
-        self.commits.send_modify(|n| *n += 1);
     }
 
     /// Whether `repo` (a DID or handle) names this server's account.

@@ -199,6 +199,10 @@ fn percent_decode(s: &str) -> Result<String, XrpcError> {
             b'+' => out.push(b' '),
             b'%' => {
                 let hex = bytes.get(i + 1..i + 3).ok_or_else(bad)?;
+                // Two hex digits exactly (`from_str_radix` alone takes `+f`).
+                if !hex.iter().all(u8::is_ascii_hexdigit) {
+                    return Err(bad());
+                }
                 let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
                 out.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
                 i += 2;
@@ -242,5 +246,7 @@ mod tests {
         assert!(parse_query("a=%zz").is_err());
         assert!(parse_query("a=%").is_err());
         assert!(parse_query("a=%ff").is_err());
+        assert!(parse_query("a=%+f").is_err());
+        assert!(parse_query("a=%-1").is_err());
     }
 }

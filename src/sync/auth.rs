@@ -24,6 +24,8 @@ pub(crate) type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 pub(crate) struct Tokens {
     pub access: String,
     pub refresh: String,
+    /// The account the tokens are for; a refresh must not change it.
+    pub did: String,
 }
 
 /// refreshSession refused to renew the session (the refresh token expired
@@ -170,10 +172,21 @@ impl Auth {
         }
         let out: refresh_session::OutputData = serde_json::from_slice(&body)
             .map_err(|e| refused(format!("an unreadable answer: {e}")))?;
+        let same_account = {
+            let tokens = self.tokens.read().unwrap_or_else(|e| e.into_inner());
+            tokens.as_ref().is_some_and(|t| t.did == out.did.as_str())
+        };
+        if !same_account {
+            return Err(refused(format!(
+                "a session for another account ({})",
+                out.did.as_str()
+            )));
+        }
         tracing::debug!(did = %out.did.as_str(), "session refreshed");
         self.set(Tokens {
             access: out.access_jwt,
             refresh: out.refresh_jwt,
+            did: out.did.to_string(),
         });
         Ok(())
     }

@@ -258,6 +258,7 @@ impl Session {
         auth.set(Tokens {
             access: out.data.access_jwt.clone(),
             refresh: out.data.refresh_jwt.clone(),
+            did: out.data.did.to_string(),
         });
         Ok(Session {
             rt,

@@ -215,7 +215,6 @@ async fn run_commit(
     let (info, done) = state
         .with_core(move |core| commit(core, planned, swap_commit))
         .await?;
-    state.committed(&info);
     Ok((info, done))
 }
 
@@ -350,10 +349,7 @@ pub async fn delete_record(state: &Arc<AppState>, req: Request) -> Result<Respon
         .await?;
     match result {
         None => Ok(Json(json!({})).into_response()),
-        Some(info) => {
-            state.committed(&info);
-            Ok(Json(json!({"commit": commit_json(&info)})).into_response())
-        }
+        Some(info) => Ok(Json(json!({"commit": commit_json(&info)})).into_response()),
     }
 }
 
