@@ -7,7 +7,8 @@
 //! collection. Bodies are kept only for our collections, and they live in
 //! the local repository (merged by [`super::merge`]). Because the MST is
 //! deterministic, the mirror's node blocks are rebuilt from its entries
-//! whenever they are needed ([`mirror_tree`]), so nothing else is stored.
+//! whenever they are needed ([`mirror_tree`]), so nothing else is stored;
+//! a push keeps one such tree in step with its writes ([`MirrorTree`]).
 //!
 //! [`fetch`] pulls the PDS's repository: with `getRepo?since=<mirrored
 //! rev>` when a head is mirrored (the CAR then holds the new commit and
@@ -87,6 +88,41 @@ pub fn mirror_tree(entries: &BTreeMap<String, Cid>) -> Result<Mst<MemoryBlocks>,
         entries.iter().map(|(k, c)| (k.clone(), *c)),
     )
     .map_err(|e| SyncError::from(RepoError::from(e)))
+}
+
+/// The mirror's MST kept in step with `sync.json`'s entries through a push:
+/// built once from the state, then each acknowledged write is applied to
+/// it, so a batch's expected `data` costs O(batch · log N) instead of a
+/// rebuild over every mirrored record. Whoever holds one must apply every
+/// change made to `state.pushed`/`state.others` to it too, or drop it.
+pub struct MirrorTree(Mst<MemoryBlocks>);
+
+impl MirrorTree {
+    /// The tree over the mirror's entries as `state` holds them now.
+    pub fn of(state: &SyncState) -> Result<Self, SyncError> {
+        Ok(Self(mirror_tree(&mirror_entries(state)?)?))
+    }
+
+    /// Records `key` → `cid` (a create or an update).
+    pub fn set(&mut self, key: &str, cid: Cid) -> Result<(), SyncError> {
+        self.0
+            .insert(key, cid)
+            .map(drop)
+            .map_err(|e| SyncError::from(RepoError::from(e)))
+    }
+
+    /// Forgets `key` (a delete; absent is fine).
+    pub fn remove(&mut self, key: &str) -> Result<(), SyncError> {
+        self.0
+            .delete(key)
+            .map(drop)
+            .map_err(|e| SyncError::from(RepoError::from(e)))
+    }
+
+    /// The root: the `data` a commit of the mirrored entries carries.
+    pub fn root(&self) -> Cid {
+        self.0.root()
+    }
 }
 
 /// Blocks looked up in several places, first hit wins. Every block read
