@@ -15,12 +15,11 @@ mod common_peer;
 mod common_serve;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use gelstore::repo::repository::Repository;
 use serde_json::{Value, json};
 
-use common_peer::{Kind, Peer, on_both_peers};
+use common_peer::{Kind, Peer, gel, on_both_peers};
 
 /// Text that must never reach the PDS in the clear.
 const MARKER: &str = "PLAINTEXT-MARKER-b3Vk";
@@ -29,24 +28,9 @@ fn streams() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/streams")
 }
 
-fn gel(data: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gelstore"))
-        .arg("--data")
-        .arg(data)
-        .args(args)
-        .env_remove("GELSTORE_PASSWORD")
-        .output()
-        .unwrap()
-}
-
+/// [`common_peer::ok`] without the trailing newline.
 fn ok(data: &Path, args: &[&str]) -> String {
-    let out = gel(data, args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap().trim_end().to_owned()
+    common_peer::ok(data, args).trim_end().to_owned()
 }
 
 fn json_of(text: &str) -> Value {

@@ -20,33 +20,10 @@ use gelstore::repo::tid::Tid;
 use gelstore::sync::{self, Progress, SyncError, SyncOptions};
 use serde_json::Value;
 
-use common_peer::{Peer, on_both_peers};
+use common_peer::{Peer, gel, gel_command, ok, on_both_peers};
 use common_proxy::Proxy;
 
 const PREFIX: &str = "chat.gel.assistant.";
-
-fn gel_command(data: &Path, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gelstore"));
-    cmd.arg("--data")
-        .arg(data)
-        .args(args)
-        .env_remove("GELSTORE_PASSWORD");
-    cmd
-}
-
-fn gel(data: &Path, args: &[&str]) -> Output {
-    gel_command(data, args).output().unwrap()
-}
-
-fn ok(data: &Path, args: &[&str]) -> String {
-    let out = gel(data, args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// `gelstore sync` through `service` (the proxy) with the PDS's account.
 fn sync_args<'a>(pds: &'a Peer, service: &'a str, password: &'a str) -> Vec<&'a str> {

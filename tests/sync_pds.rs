@@ -9,7 +9,6 @@ mod common_peer;
 mod common_serve;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use gelstore::repo::blocks::MemoryBlocks;
 use gelstore::repo::keys::{KeyAlgorithm, PublicKey};
@@ -20,33 +19,13 @@ use gelstore::repo::verify::{SignatureCheck, SignatureStatus, VerifyOptions, ver
 use gelstore::sync;
 use serde_json::Value;
 
-use common_peer::{Kind, Peer, on_both_peers};
+use common_peer::{Kind, Peer, gel, ok, on_both_peers};
 
 /// Text that must never reach the PDS in the clear.
 const MARKER: &str = "PLAINTEXT-MARKER-q7Zx";
 
 fn streams() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/streams")
-}
-
-fn gel(data: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gelstore"))
-        .arg("--data")
-        .arg(data)
-        .args(args)
-        .env_remove("GELSTORE_PASSWORD")
-        .output()
-        .unwrap()
-}
-
-fn ok(data: &Path, args: &[&str]) -> String {
-    let out = gel(data, args);
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// A blocking GET of a URL (the test's own view of the PDS, not the

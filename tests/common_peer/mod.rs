@@ -198,3 +198,29 @@ macro_rules! on_both_peers {
     )*};
 }
 pub(crate) use on_both_peers;
+
+/// `gelstore --data DATA ARGS…` (the password only from the arguments).
+pub fn gel_command(data: &std::path::Path, args: &[&str]) -> std::process::Command {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_gelstore"));
+    cmd.arg("--data")
+        .arg(data)
+        .args(args)
+        .env_remove("GELSTORE_PASSWORD");
+    cmd
+}
+
+/// Runs [`gel_command`] to the end.
+pub fn gel(data: &std::path::Path, args: &[&str]) -> std::process::Output {
+    gel_command(data, args).output().unwrap()
+}
+
+/// Runs [`gel_command`], which must succeed; its stdout.
+pub fn ok(data: &std::path::Path, args: &[&str]) -> String {
+    let out = gel(data, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}

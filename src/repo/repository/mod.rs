@@ -418,15 +418,7 @@ impl Repository {
     /// repository (one commit of an empty tree) if they are missing.
     /// Opening an existing repository changes nothing.
     pub fn init(dir: impl AsRef<Path>) -> Result<Repository, RepoError> {
-        let dir = dir.as_ref();
-        identity::create_private_dir(dir)?;
-        let engine: Arc<dyn Engine> = Arc::new(SledEngine::open(store_path(dir))?);
-        if is_initialized(&*engine)? {
-            let key = identity::load_key(dir)?;
-            return Repository::open_engine(engine, key).map_err(|e| with_path(e, dir));
-        }
-        let key = identity::load_or_create_key(dir)?;
-        Repository::init_engine(engine, key)
+        Repository::init_in(dir.as_ref(), None)
     }
 
     /// Like [`init`](Self::init), but the repository belongs to `did` (a
@@ -434,7 +426,12 @@ impl Repository {
     /// the key's did:key. An existing repository is opened as it is, whatever
     /// its DID: the caller compares [`did`](Self::did) with what it wanted.
     pub fn init_as(dir: impl AsRef<Path>, did: &str) -> Result<Repository, RepoError> {
-        let dir = dir.as_ref();
+        Repository::init_in(dir.as_ref(), Some(did))
+    }
+
+    /// [`init`](Self::init) (`did` None: the key's did:key) and
+    /// [`init_as`](Self::init_as).
+    fn init_in(dir: &Path, did: Option<&str>) -> Result<Repository, RepoError> {
         identity::create_private_dir(dir)?;
         let engine: Arc<dyn Engine> = Arc::new(SledEngine::open(store_path(dir))?);
         if is_initialized(&*engine)? {
@@ -442,7 +439,10 @@ impl Repository {
             return Repository::open_engine(engine, key).map_err(|e| with_path(e, dir));
         }
         let key = identity::load_or_create_key(dir)?;
-        Repository::init_engine_as(engine, key, did.to_owned())
+        match did {
+            None => Repository::init_engine(engine, key),
+            Some(did) => Repository::init_engine_as(engine, key, did.to_owned()),
+        }
     }
 
     /// Opens the existing repository in data folder `dir`. Without a key

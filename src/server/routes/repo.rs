@@ -218,6 +218,18 @@ async fn run_commit(
     Ok((info, done))
 }
 
+/// The answer of createRecord and putRecord: the one record written and
+/// its commit.
+fn one_write_output(state: &AppState, info: &CommitInfo, d: &Done, status: &str) -> Response {
+    Json(json!({
+        "uri": uri(state, &d.collection, &d.rkey),
+        "cid": d.cid.map(|c| c.to_string()),
+        "commit": commit_json(info),
+        "validationStatus": status,
+    }))
+    .into_response()
+}
+
 fn commit_json(info: &CommitInfo) -> Value {
     json!({"cid": info.head.commit.to_string(), "rev": info.head.rev.to_string()})
 }
@@ -246,14 +258,7 @@ pub async fn create_record(state: &Arc<AppState>, req: Request) -> Result<Respon
         value: input.record,
     }];
     let (info, done) = run_commit(state, planned, swap_commit).await?;
-    let d = &done[0];
-    Ok(Json(json!({
-        "uri": uri(state, &d.collection, &d.rkey),
-        "cid": d.cid.map(|c| c.to_string()),
-        "commit": commit_json(&info),
-        "validationStatus": status,
-    }))
-    .into_response())
+    Ok(one_write_output(state, &info, &done[0], status))
 }
 
 #[derive(Deserialize)]
@@ -305,14 +310,7 @@ pub async fn put_record(state: &Arc<AppState>, req: Request) -> Result<Response,
         swap,
     }];
     let (info, done) = run_commit(state, planned, swap_commit).await?;
-    let d = &done[0];
-    Ok(Json(json!({
-        "uri": uri(state, &d.collection, &d.rkey),
-        "cid": d.cid.map(|c| c.to_string()),
-        "commit": commit_json(&info),
-        "validationStatus": status,
-    }))
-    .into_response())
+    Ok(one_write_output(state, &info, &done[0], status))
 }
 
 #[derive(Deserialize)]
