@@ -144,7 +144,7 @@ fn thread_and_approvals_of_a_sealed_chat() {
         (400, "InvalidRequest")
     );
     assert!(refused.text().contains("sealed"), "{}", refused.text());
-    // subscribeReply is not served (see server::routes::chat).
+    // A keyless server cannot stream a reply (see server::assistant).
     assert_eq!(
         get(&format!("chat.gel.assistant.subscribeReply?reply={reply}")).status,
         501

@@ -18,6 +18,7 @@ pub mod events;
 pub mod input;
 pub mod keys;
 pub mod record;
+pub mod replay;
 pub mod reply;
 pub mod store;
 pub mod thread;

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::approval::{ApprovalError, check_answer, waiting_calls};
+use super::approval::{ApprovalError, Decision, Resolution, check_answer, waiting_calls};
 use super::input::{LineError, StreamLine};
 use super::keys::{Attempt, KeyError, MessageKey, ReplyKey};
 use super::record::{ChatRecord, pending_reply, requested_reply, user_message};
@@ -537,25 +537,23 @@ impl ChatStore {
         lines: impl IntoIterator<Item = std::io::Result<String>>,
         mut on_event: impl FnMut(&AssistantEvent),
     ) -> Result<(PendingReply, FinishedReply)> {
-        let settled = self.settled_answer(message, tool_runs)?;
-        if settled.is_none() && !tool_runs.is_empty() {
-            return Err(invalid(
-                "tool results",
-                format!(
-                    "{message} is not an approval answer; there is no call to give a result to"
-                ),
-            ));
-        }
-        let pending = self.start_reply(message, attempt)?;
-        let (reply, first) = match &settled {
-            None => (Reply::new(pending.key, policy), Vec::new()),
-            Some(settled) => Reply::resume(pending.key, policy, settled)
-                .map_err(|e| invalid("reply to the answer", e))?,
+        let settled = match self.answer_resolution(message)? {
+            Some(resolution) => Some(settle_answer(&resolution, tool_runs)?),
+            None if !tool_runs.is_empty() => {
+                return Err(invalid(
+                    "tool results",
+                    format!(
+                        "{message} is not an approval answer; there is no call to give a result to"
+                    ),
+                ));
+            }
+            None => None,
         };
+        let pending = self.start_reply(message, attempt)?;
+        let (mut run, first) = begin_reply(&pending, policy, settled.as_deref())?;
         for e in &first {
             on_event(e);
         }
-        let mut run = LineRun::new(reply);
         let mut events = Vec::new();
         for line in lines {
             match line {
@@ -579,13 +577,31 @@ impl ChatStore {
         Ok((pending, finished.reply))
     }
 
-    /// If `message` answers a waiting reply: its decisions settled (denied
-    /// calls refused, approved ones with their result from `tool_runs`).
-    fn settled_answer(
-        &self,
-        message: Tid,
-        tool_runs: &BTreeMap<String, super::ToolRun>,
-    ) -> Result<Option<Vec<super::approval::Settled>>> {
+    /// The pending reply `key` as [`ChatStore::finish_reply`] needs it
+    /// (for a host that runs replies others created). A reply that is not
+    /// `pending` any more is [`ChatStoreError::ReplyAlreadyFinished`].
+    pub fn pending_reply(&self, key: &ReplyKey) -> Result<PendingReply> {
+        let (record, cid) = self.message(&key.to_string())?;
+        if record.role == MessageRole::User || record.status != MessageStatus::Pending {
+            return Err(ChatStoreError::ReplyAlreadyFinished {
+                key: key.to_string(),
+            });
+        }
+        let chat = chat_of(&record)
+            .ok_or_else(|| invalid("reply", "its chat is not a chat record of this repository"))?
+            .to_string();
+        Ok(PendingReply {
+            key: *key,
+            chat,
+            record,
+            cid,
+        })
+    }
+
+    /// If user message `message` answers a waiting reply: the answer,
+    /// checked against the chat as it was before it (without the
+    /// continuations of the waiting reply). `None` for any other message.
+    pub fn answer_resolution(&self, message: Tid) -> Result<Option<Resolution>> {
         let key = message.to_string();
         let (m, _) = self.message(&key)?;
         let Some(parent) = super::record::parent_reply(&m) else {
@@ -613,8 +629,6 @@ impl ChatStore {
         if !is_waiting || decisions.is_empty() {
             return Ok(None);
         }
-        // The answer checked as it was made: against the chat without it
-        // (and without later messages continuing from the waiting reply).
         let before: Vec<ChatRecord> = records
             .into_iter()
             .filter(|r| {
@@ -622,37 +636,66 @@ impl ChatStore {
                     && r.message.parent.as_ref().map(|p| p.as_str()) == Some(&*parent.to_string()))
             })
             .collect();
-        let resolution = check_answer(&before, &parent.to_string(), &decisions)?;
-        let missing: Vec<&str> = resolution
-            .calls
-            .iter()
-            .filter(|c| {
-                c.decision == super::approval::Decision::Approved
-                    && !tool_runs.contains_key(&c.call.call_id)
-            })
-            .map(|c| c.call.call_id.as_str())
-            .collect();
-        if !missing.is_empty() {
-            return Err(invalid(
-                "tool results",
-                format!(
-                    "approved call(s) {} need a result (the host runs the tool)",
-                    missing.join(", ")
-                ),
-            ));
+        Ok(Some(check_answer(
+            &before,
+            &parent.to_string(),
+            &decisions,
+        )?))
+    }
+
+    /// The messages a reply to user message `message` continues: from the
+    /// chat's first message along `parent` links to `message` itself,
+    /// opened where this device can (what a model is given as history).
+    pub fn branch(&self, message: Tid) -> Result<Vec<ChatRecord>> {
+        let (m, _) = self.message(&message.to_string())?;
+        let chat = chat_of(&m)
+            .ok_or_else(|| {
+                invalid(
+                    "message",
+                    "its chat is not a chat record of this repository",
+                )
+            })?
+            .to_string();
+        let (records, _) = self.chat_records(&chat)?;
+        let mut by_key: BTreeMap<String, ChatRecord> =
+            records.into_iter().map(|r| (r.key.clone(), r)).collect();
+        let mut out = Vec::new();
+        let mut next = Some(message.to_string());
+        // Each step moves to an older TID (a parent reply belongs to an
+        // earlier message), and a record is taken out once: no cycles.
+        while let Some(key) = next.take() {
+            let Some(user) = by_key.remove(&key) else {
+                break;
+            };
+            if let Some(parent) = super::record::parent_reply(&user.message)
+                && let Some(reply) = by_key.remove(&parent.to_string())
+            {
+                next = Some(parent.message().to_string());
+                out.push(user);
+                out.push(reply);
+                continue;
+            }
+            out.push(user);
         }
-        if let Some(extra) = tool_runs.keys().find(|k| {
-            !resolution
-                .calls
-                .iter()
-                .any(|c| &c.call.call_id == *k && c.decision == super::approval::Decision::Approved)
-        }) {
-            return Err(invalid(
-                "tool results",
-                format!("call {extra:?} is not an approved call of reply {parent}"),
-            ));
+        out.reverse();
+        Ok(out)
+    }
+
+    /// Follows writes made around this store (a server applying its
+    /// clients' writes through [`ChatStore::repo_mut`], a sync): if the
+    /// repository moved, the keyring is re-derived and the approval index
+    /// reloaded (rebuilt if stale).
+    pub fn refresh(&mut self) -> Result<()> {
+        if self.device.reload_if_moved()? {
+            self.load_index()?;
         }
-        Ok(Some(resolution.settle(|c| tool_runs[&c.call_id].clone())))
+        Ok(())
+    }
+
+    /// The repository, for writes this store does not make (call
+    /// [`ChatStore::refresh`] before the next chat operation).
+    pub fn repo_mut(&mut self) -> &mut crate::repo::repository::Repository {
+        self.device.repo_mut()
     }
 
     /// Every message record of `chat`, opened where this device can, with
@@ -920,6 +963,64 @@ fn taken(e: DeviceError, key: &str) -> ChatStoreError {
     }
 }
 
+/// The approved calls of `resolution` run by the host (`tool_runs`, by
+/// call id) and the denied ones refused. An approved call without a result,
+/// or a result for a call that is not an approved one, is refused.
+pub fn settle_answer(
+    resolution: &Resolution,
+    tool_runs: &BTreeMap<String, super::ToolRun>,
+) -> Result<Vec<super::approval::Settled>> {
+    let approved = |c: &&super::approval::ResolvedCall| c.decision == Decision::Approved;
+    let missing: Vec<&str> = resolution
+        .calls
+        .iter()
+        .filter(approved)
+        .filter(|c| !tool_runs.contains_key(&c.call.call_id))
+        .map(|c| c.call.call_id.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(invalid(
+            "tool results",
+            format!(
+                "approved call(s) {} need a result (the host runs the tool)",
+                missing.join(", ")
+            ),
+        ));
+    }
+    if let Some(extra) = tool_runs.keys().find(|k| {
+        !resolution
+            .calls
+            .iter()
+            .filter(approved)
+            .any(|c| &c.call.call_id == *k)
+    }) {
+        return Err(invalid(
+            "tool results",
+            format!(
+                "call {extra:?} is not an approved call of reply {}",
+                resolution.reply
+            ),
+        ));
+    }
+    Ok(resolution.settle(|c| tool_runs[&c.call_id].clone()))
+}
+
+/// The run of a pending reply: a fresh one, or (for the reply to an
+/// approval answer) one that starts with the `settled` calls repeated.
+/// Returns the run and the events its start makes.
+pub fn begin_reply(
+    pending: &PendingReply,
+    policy: std::sync::Arc<dyn super::ApprovalPolicy + Send + Sync>,
+    settled: Option<&[super::approval::Settled]>,
+) -> Result<(LineRun, Vec<AssistantEvent>)> {
+    let (reply, first) = match settled {
+        None => (Reply::new(pending.key, policy), Vec::new()),
+        Some(settled) => Reply::resume(pending.key, policy, settled)
+            .map_err(|e| invalid("reply to the answer", e))?,
+    };
+    Ok((LineRun::new(reply), first))
+}
+
 /// A recorded run fed line by line (what [`Reply::run_jsonl`] does for a
 /// whole string, for input that arrives over time: events come out as
 /// each line goes in).
@@ -973,6 +1074,29 @@ impl LineRun {
         if self.reply.failure().is_some() {
             self.stopped = true;
         }
+    }
+
+    /// Whether the run took its end (`done`, `error`, `abort`).
+    pub fn ended(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// Refuses the next line without parsing it (input the host cannot
+    /// take as a line: too long, not UTF-8): the reply fails, keeping
+    /// what it had, as for a malformed line.
+    pub fn refuse(&mut self, reason: impl Into<String>) {
+        self.line += 1;
+        if self.stopped {
+            return;
+        }
+        self.reply.fail(StreamError::Line {
+            line: self.line,
+            error: LineError::Malformed {
+                kind: "line".into(),
+                reason: reason.into(),
+            },
+        });
+        self.stopped = true;
     }
 
     /// The input failed to read: the run is cut where it is.

@@ -28,6 +28,21 @@ pub struct ServeArgs {
     /// did:web of the listen address.
     #[arg(long, value_name = "URL")]
     plc: Option<String>,
+    /// Run the assistant with this model command (run with `sh -c` once
+    /// per pending reply: the request as JSON on stdin, the model's run as
+    /// JSON lines on stdout, see fixtures/streams/README.md). The folder
+    /// then holds a device of the account, so this server can read the
+    /// chats; without the flag it holds no chat key.
+    #[arg(long, value_name = "CMD")]
+    assistant: Option<String>,
+    /// With --assistant: tools whose calls wait for the user's approval.
+    #[arg(
+        long,
+        value_name = "NAME,...",
+        value_delimiter = ',',
+        requires = "assistant"
+    )]
+    approve_tools: Vec<String>,
     /// The largest blob upload, in bytes.
     #[arg(long, default_value_t = Limits::default().blob)]
     max_blob_bytes: usize,
@@ -42,6 +57,10 @@ pub fn run(data: &Path, args: ServeArgs) -> Outcome {
         listen: args.listen,
         handle: args.handle,
         plc: args.plc,
+        assistant: args.assistant.map(|command| server::AssistantOptions {
+            command,
+            approve_tools: args.approve_tools,
+        }),
         password: args
             .password
             .or_else(|| std::env::var(super::sync::PASSWORD_ENV).ok()),
@@ -62,6 +81,7 @@ pub fn run(data: &Path, args: ServeArgs) -> Outcome {
         .map_err(|e| match e {
             server::ServeError::Account(_)
             | server::ServeError::ReadOnly(_)
+            | server::ServeError::Assistant(_)
             | server::ServeError::Plc(server::PlcError::Refused { .. }) => {
                 Failure::input(e.to_string())
             }

@@ -160,6 +160,11 @@ pub struct Device {
     keyring: Keyring,
     records: KeyRecords,
     report: AbsorbReport,
+    /// What the keyring is re-derived from (see [`Device::reload_if_moved`]).
+    key: DeviceKey,
+    state: DeviceState,
+    /// The head commit the keyring was derived at.
+    derived_at: crate::model::Cid,
 }
 
 impl std::fmt::Debug for Device {
@@ -299,23 +304,40 @@ impl Device {
     }
 
     fn build(repo: Repository, key: DeviceKey, state: DeviceState) -> Result<Device, DeviceError> {
-        let records = KeyRecords::read(&repo)?;
-        let (Some(device), Some(account)) = (&state.device, &state.account_key_id) else {
-            return Err(not_paired(&state));
-        };
-        let did = state
-            .account_did
-            .clone()
-            .unwrap_or_else(|| repo.did().to_owned());
-        let (keyring, report) =
-            Keyring::rejoin(&did, device, key, &state.request(), account, &records.wraps)?;
+        let (did, keyring, records, report) = derive(&repo, &key, &state)?;
+        let derived_at = repo.head().commit;
         Ok(Device {
             repo,
             did,
             keyring,
             records,
             report,
+            key,
+            state,
+            derived_at,
         })
+    }
+
+    /// Re-derives the keyring if the repository moved since it was derived
+    /// (a writer other than this `Device` — a server's XRPC client, a
+    /// sync — may have added key wraps or device records). Returns whether
+    /// it did. On error the old keyring stays.
+    pub fn reload_if_moved(&mut self) -> Result<bool, DeviceError> {
+        let head = self.repo.head().commit;
+        if head == self.derived_at {
+            return Ok(false);
+        }
+        let (did, keyring, records, report) = derive(&self.repo, &self.key, &self.state)?;
+        (self.did, self.keyring, self.records, self.report) = (did, keyring, records, report);
+        self.derived_at = head;
+        Ok(true)
+    }
+
+    /// The repository, for writes that are not sealed by this device (a
+    /// server applying its clients' writes). The keyring follows them at
+    /// the next [`Device::reload_if_moved`].
+    pub fn repo_mut(&mut self) -> &mut Repository {
+        &mut self.repo
     }
 
     /// The account DID records are sealed for and named by (at-uris): the
@@ -449,7 +471,18 @@ impl Device {
     /// read-only copy (a pending reply, which has no content yet).
     pub fn apply(&mut self, writes: &[Write]) -> Result<CommitInfo, DeviceError> {
         self.writable()?;
-        Ok(self.repo.apply(writes)?)
+        let current = self.repo.head().commit == self.derived_at;
+        let info = self.repo.apply(writes)?;
+        self.keep_derived(current);
+        Ok(info)
+    }
+
+    /// After a write of this device's own: the keyring still matches the
+    /// records if it did before (`current`), so no reload is needed.
+    fn keep_derived(&mut self, current: bool) {
+        if current {
+            self.derived_at = self.repo.head().commit;
+        }
     }
 
     /// Opens the sealed field of the record at `collection/rkey`.
@@ -495,9 +528,11 @@ impl Device {
         writes: &[Write],
         wraps: Vec<crate::seal::KeyWrap>,
     ) -> Result<CommitInfo, DeviceError> {
+        let current = self.repo.head().commit == self.derived_at;
         let info = self.repo.apply(writes)?;
         self.keyring = keyring;
         self.records.wraps.extend(wraps);
+        self.keep_derived(current);
         Ok(info)
     }
 }
@@ -518,6 +553,32 @@ fn admitted_state(dir: &Path) -> Result<DeviceState, DeviceError> {
             path: dir.display().to_string(),
         }),
     }
+}
+
+/// The keyring of an admitted device, re-derived from the repository's
+/// records: `(sealing DID, keyring, records, report)`.
+fn derive(
+    repo: &Repository,
+    key: &DeviceKey,
+    state: &DeviceState,
+) -> Result<(String, Keyring, KeyRecords, AbsorbReport), DeviceError> {
+    let records = KeyRecords::read(repo)?;
+    let (Some(device), Some(account)) = (&state.device, &state.account_key_id) else {
+        return Err(not_paired(state));
+    };
+    let did = state
+        .account_did
+        .clone()
+        .unwrap_or_else(|| repo.did().to_owned());
+    let (keyring, report) = Keyring::rejoin(
+        &did,
+        device,
+        key.clone(),
+        &state.request(),
+        account,
+        &records.wraps,
+    )?;
+    Ok((did, keyring, records, report))
 }
 
 /// Sets up the first device of an account in data folder `dir`: the

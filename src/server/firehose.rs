@@ -80,7 +80,7 @@ async fn stream(
     commits.borrow_and_update();
     let opened = state
         .with_core(move |core| {
-            let repo = &core.repo;
+            let repo = core.repo();
             let (start, outdated) = match cursor {
                 Some(c) => (Some(c), repo.is_outdated_cursor(c)?),
                 // Live only: start after the last event there is now.

@@ -17,6 +17,7 @@
 //! | `running` | `serve.json`: tells other `gelstore` commands a server holds the folder |
 
 mod account;
+mod assistant;
 mod auth;
 mod blobs;
 mod error;
@@ -38,14 +39,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 
 pub use self::account::{ACCOUNT_FILE, DEFAULT_HANDLE};
+pub use self::assistant::AssistantOptions;
 pub use self::error::XrpcError;
 pub use self::plc::PlcError;
 pub use self::state::Limits;
 
 use self::account::{Account, PasswordNote};
+use self::assistant::Assistant;
 use self::auth::TokenKeys;
 use self::blobs::BlobStore;
-use self::state::AppState;
+use self::state::{AppState, Store};
+use crate::chat::ChatStore;
 use crate::repo::identity::load_key;
 use crate::repo::repository::{RepoError, Repository};
 
@@ -68,6 +72,9 @@ pub struct ServeOptions {
     /// A PLC directory: a new repository gets a did:plc registered there
     /// instead of a did:web.
     pub plc: Option<String>,
+    /// Run the assistant: the folder holds a device of the account, and
+    /// pending replies are generated with this model command.
+    pub assistant: Option<AssistantOptions>,
 }
 
 /// Why the server could not start or stopped with an error.
@@ -96,6 +103,9 @@ pub enum ServeError {
     /// Registering the did:plc failed.
     #[error(transparent)]
     Plc(#[from] plc::PlcError),
+    /// `--assistant` needs a device of the account in the folder.
+    #[error("--assistant: {0}")]
+    Assistant(String),
     /// Serving failed.
     #[error("server failed: {0}")]
     Io(#[from] std::io::Error),
@@ -187,15 +197,29 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
             reason: "tokenSecret is too short".into(),
         })?;
     let tokens = TokenKeys::new(token_key, repo.did().to_owned());
+    let (store, assistant) = match options.assistant {
+        None => (Store::Keyless(Box::new(repo)), None),
+        Some(a) => {
+            let chats = open_chats(&data, repo).await?;
+            (
+                Store::Chats(Box::new(chats)),
+                Some(Arc::new(Assistant::new(a))),
+            )
+        }
+    };
     let state = AppState::new(
-        repo,
+        store,
         account.handle.clone(),
         account.password_hash.clone(),
         did_doc,
         tokens,
         BlobStore::new(&data),
         options.limits,
+        assistant.clone(),
     );
+    if let Some(assistant) = assistant {
+        tokio::spawn(assistant::watch(state.clone(), assistant));
+    }
 
     let app = Router::new()
         .route(
@@ -203,6 +227,10 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
             // Any method: a non-GET or non-upgrade request gets an XRPC
             // error from the handler rather than a bare 405.
             any(firehose::subscribe_repos),
+        )
+        .route(
+            "/xrpc/chat.gel.assistant.subscribeReply",
+            any(assistant::subscribe_reply),
         )
         .route("/xrpc/{nsid}", any(xrpc::handle))
         .route("/.well-known/did.json", get(did_json))
@@ -233,6 +261,30 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     drop(marker);
     served?;
     Ok(())
+}
+
+/// The folder's chats for the assistant: its device, made here as the
+/// account's first device if the account has none yet.
+async fn open_chats(data: &std::path::Path, repo: Repository) -> Result<ChatStore, ServeError> {
+    // The device opens its own handle on the store.
+    drop(repo);
+    let data = data.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        if !crate::device::state::device_state_path(&data).exists() {
+            crate::device::init(&data, Some("gelstore serve"), &mut crate::seal::os_rng()).map_err(
+                |e| match e {
+                    crate::device::DeviceError::AccountExists { .. } => ServeError::Assistant(format!(
+                        "the account already has devices; pair this folder first (gelstore device pair --data {} on it, approve the code on a device of the account, sync it, then gelstore device join)",
+                        data.display()
+                    )),
+                    e => ServeError::Assistant(e.to_string()),
+                },
+            )?;
+        }
+        ChatStore::open(&data).map_err(|e| ServeError::Assistant(e.to_string()))
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 /// Whether the data folder already holds a repository (its DID is then

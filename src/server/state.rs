@@ -7,9 +7,11 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use tokio::sync::watch;
 
+use super::assistant::Assistant;
 use super::auth::TokenKeys;
 use super::blobs::BlobStore;
 use super::error::XrpcError;
+use crate::chat::ChatStore;
 use crate::repo::repository::Repository;
 use crate::repo::tid::TidClock;
 
@@ -36,10 +38,47 @@ impl Default for Limits {
 
 /// The repository and the record-key clock, used under one lock.
 pub struct Core {
-    /// The account's repository.
-    pub repo: Repository,
+    store: Store,
     /// Makes TIDs for record keys the client leaves to the server.
     pub clock: TidClock,
+}
+
+/// The repository alone (the server holds no chat key), or inside the
+/// assistant's [`ChatStore`] (the folder holds an admitted device).
+pub enum Store {
+    Keyless(Box<Repository>),
+    Chats(Box<ChatStore>),
+}
+
+impl Core {
+    /// The account's repository.
+    pub fn repo(&self) -> &Repository {
+        match &self.store {
+            Store::Keyless(repo) => repo,
+            Store::Chats(chats) => chats.device().repo(),
+        }
+    }
+
+    /// The account's repository, to write to.
+    pub fn repo_mut(&mut self) -> &mut Repository {
+        match &mut self.store {
+            Store::Keyless(repo) => repo,
+            Store::Chats(chats) => chats.repo_mut(),
+        }
+    }
+
+    /// The chats, when this server runs the assistant (it holds a device's
+    /// keys); brought up to date with writes made through
+    /// [`Core::repo_mut`] first.
+    pub fn chats(&mut self) -> Result<Option<&mut ChatStore>, XrpcError> {
+        match &mut self.store {
+            Store::Keyless(_) => Ok(None),
+            Store::Chats(chats) => {
+                chats.refresh().map_err(XrpcError::internal)?;
+                Ok(Some(chats))
+            }
+        }
+    }
 }
 
 /// The server's shared state.
@@ -63,26 +102,30 @@ pub struct AppState {
     pub commits: watch::Sender<u64>,
     /// Set when the server is stopping: ends long-lived streams.
     pub stopping: watch::Sender<bool>,
+    /// The assistant (`--assistant`): runs and streams replies.
+    pub assistant: Option<Arc<Assistant>>,
 }
 
 impl AppState {
     /// Shared state over an opened repository.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
-        repo: Repository,
+        store: Store,
         handle: String,
         password_hash: String,
         did_doc: Value,
         tokens: TokenKeys,
         blobs: BlobStore,
         limits: Limits,
+        assistant: Option<Arc<Assistant>>,
     ) -> Arc<AppState> {
-        let did = repo.did().to_owned();
+        let core = Core {
+            store,
+            clock: TidClock::new(),
+        };
+        let did = core.repo().did().to_owned();
         Arc::new(AppState {
-            core: Mutex::new(Core {
-                repo,
-                clock: TidClock::new(),
-            }),
+            core: Mutex::new(core),
             did,
             handle,
             password_hash,
@@ -92,6 +135,7 @@ impl AppState {
             limits,
             commits: watch::channel(0).0,
             stopping: watch::channel(false).0,
+            assistant,
         })
     }
 
@@ -109,11 +153,11 @@ impl AppState {
             // `apply_with` changes its in-memory head only after the batch
             // is durable. So a poisoned lock is still safe to use.
             let mut core = state.core.lock().unwrap_or_else(|e| e.into_inner());
-            let before = core.repo.head().commit;
+            let before = core.repo().head().commit;
             let result = f(&mut core);
             // Wake subscribers here, not in the handler: a client that
             // hangs up drops its handler, but this task still commits.
-            if core.repo.head().commit != before {
+            if core.repo().head().commit != before {
                 state.commits.send_modify(|n| *n += 1);
             }
             result

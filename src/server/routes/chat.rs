@@ -1,28 +1,29 @@
-//! The `chat.gel.assistant.*` methods, as far as a server that holds only
-//! sealed records can honestly answer them.
+//! The `chat.gel.assistant.*` queries and procedures (`subscribeReply` is
+//! a websocket: `server::assistant::subscribe`).
 //!
-//! What the server sees: record keys, `chat`, `role`, `status`, `parent`,
-//! `createdAt` and the other clear fields. What it cannot see: anything
-//! sealed (message content, tool calls, approvals' words, chat titles).
+//! What a keyless server sees: record keys, `chat`, `role`, `status`,
+//! `parent`, `createdAt` and the other clear fields; never anything sealed
+//! (message content, tool calls, approvals' words, chat titles). With
+//! `--assistant` the folder holds a device of the account and the server
+//! opens what it needs.
 //!
-//! - `getThread`: complete: the chat record and its message records as
-//!   stored (sealed fields stay sealed), in record-key order, paged.
+//! - `getThread`: the chat record and its message records as stored
+//!   (sealed fields stay sealed), in record-key order, paged.
 //! - `listApprovals`: the replies with status `waiting` that are the newest
 //!   attempt and not answered yet (no user message continues from them),
-//!   newest first. Their `calls` are sealed inside the reply's content, so
-//!   the list is empty: a client opens the reply to show them.
+//!   newest first. Their `calls` are sealed inside the reply's content:
+//!   listed with `--assistant`, empty on a keyless server (a client opens
+//!   the reply to show them).
 //! - `answerApproval`: the checks that clear metadata allows (the reply
 //!   exists, is waiting, is the newest attempt, is not answered:
-//!   `PendingUnknown`, `PendingSuperseded`, `PendingResolved`), then a
-//!   refusal: the answer is a sealed message that only a holder of the
-//!   chat key can write (with `createRecord`/`applyWrites`). The server
-//!   never writes a plaintext answer.
-//! - `subscribeReply`: TODO(issue 8): not served. Its events are the
-//!   plaintext of a generation running in the app, which this server never
-//!   sees; a client follows a reply's status through `subscribeRepos`.
+//!   `PendingUnknown`, `PendingSuperseded`, `PendingResolved`). With
+//!   `--assistant` the answer is written (a sealed user message of
+//!   `toolApprovalPart`s, unmentioned calls denied) with a pending reply
+//!   to it, which the assistant then runs; a keyless server refuses, since
+//!   only a holder of the chat key can write the answer.
 //!
 //! Every method reads the message collection in full (no secondary index
-//! yet): O(messages) per call. TODO(issue 8): an index by chat.
+//! yet): O(messages) per call. TODO: an index by chat.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -34,6 +35,8 @@ use serde_json::{Value, json};
 
 use super::server::require_access;
 use crate::chat::keys::ReplyKey;
+use crate::chat::{ChatStore, ChatStoreError};
+use crate::lexicon::chat::gel::assistant::defs::ToolApprovalPart;
 use crate::server::error::XrpcError;
 use crate::server::state::{AppState, Core};
 use crate::server::xrpc::Request;
@@ -50,10 +53,10 @@ struct Stored {
 
 fn messages(core: &Core) -> Result<Vec<Stored>, XrpcError> {
     let mut out = Vec::new();
-    for item in core.repo.list(Some(MESSAGE))? {
+    for item in core.repo().list(Some(MESSAGE))? {
         let (key, cid) = item?;
         let rkey = key[MESSAGE.len() + 1..].to_owned();
-        if let Some(entry) = core.repo.get(MESSAGE, &rkey)? {
+        if let Some(entry) = core.repo().get(MESSAGE, &rkey)? {
             out.push(Stored {
                 rkey,
                 cid: cid.to_string(),
@@ -77,7 +80,7 @@ pub async fn get_thread(state: &Arc<AppState>, req: Request) -> Result<Response,
     let did = state.did.clone();
     let out = state
         .with_core(move |core| {
-            let Some(record) = core.repo.get(CHAT, &chat)? else {
+            let Some(record) = core.repo().get(CHAT, &chat)? else {
                 return Err(XrpcError::named(
                     "ChatNotFound",
                     format!("no chat has the record key {chat}"),
@@ -201,6 +204,27 @@ pub async fn list_approvals(state: &Arc<AppState>, req: Request) -> Result<Respo
                     "createdAt": field(&m.value, "createdAt"),
                 }));
             }
+            if let Some(chats) = core.chats()? {
+                let calls: HashMap<String, Vec<Value>> = chats
+                    .approvals()
+                    .map_err(XrpcError::internal)?
+                    .into_iter()
+                    .map(|w| {
+                        let calls = w
+                            .calls
+                            .into_iter()
+                            .map(|c| json!({"callId": c.call_id, "tool": c.name}))
+                            .collect();
+                        (w.reply, calls)
+                    })
+                    .collect();
+                for item in &mut page {
+                    let key = item["uri"].as_str().and_then(|u| u.rsplit('/').next());
+                    if let Some(c) = key.and_then(|k| calls.get(k)) {
+                        item["calls"] = Value::Array(c.clone());
+                    }
+                }
+            }
             let mut out = json!({"replies": page});
             if let Some(c) = next {
                 out["cursor"] = c.into();
@@ -225,15 +249,54 @@ struct AnswerInput {
     decisions: Vec<Value>,
 }
 
+/// Writes the answer and the pending reply to it (`--assistant`).
+fn write_answer(
+    chats: &mut ChatStore,
+    did: &str,
+    reply: &str,
+    decisions: &[ToolApprovalPart],
+) -> Result<Value, XrpcError> {
+    let answer = chats.approve(reply, decisions).map_err(|e| match e {
+        ChatStoreError::Approval(a) => XrpcError::named(a.xrpc_error().as_str(), a.to_string()),
+        e => XrpcError::internal(e),
+    })?;
+    let pending = chats
+        .start_reply(answer, None)
+        .map_err(XrpcError::internal)?;
+    let cid = chats
+        .device()
+        .repo()
+        .get_cid(MESSAGE, &answer.to_string())?
+        .ok_or_else(|| XrpcError::internal("the answer is missing after its commit"))?;
+    Ok(json!({
+        "uri": format!("at://{did}/{MESSAGE}/{answer}"),
+        "cid": cid.to_string(),
+        "reply": pending.key.to_string(),
+    }))
+}
+
 pub async fn answer_approval(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     require_access(state, &req)?;
     let input: AnswerInput = req.input()?;
     if input.decisions.len() > 1000 {
         return Err(XrpcError::invalid_request("at most 1000 decisions"));
     }
+    let decisions = input
+        .decisions
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| {
+            serde_json::from_value::<ToolApprovalPart>(d)
+                .map_err(|e| XrpcError::invalid_request(format!("decisions/{i}: {e}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let reply = input.reply;
+    let did = state.did.clone();
     state
         .with_core(move |core| {
+            if let Some(chats) = core.chats()? {
+                return Ok(Json(write_answer(chats, &did, &reply, &decisions)?).into_response());
+            }
             let r = replies(messages(core)?);
             let Some((m, user, attempt)) = r.replies.get(&reply) else {
                 return Err(XrpcError::named(

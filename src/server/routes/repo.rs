@@ -137,7 +137,7 @@ fn commit(
                 value,
                 swap,
             } => {
-                let current = core.repo.get_cid(&collection, &rkey)?;
+                let current = core.repo().get_cid(&collection, &rkey)?;
                 let path = format!("{collection}/{rkey}");
                 match (swap, current) {
                     (Swap::Absent, Some(found)) => {
@@ -191,12 +191,12 @@ fn commit(
             },
         });
     }
-    let info = core.repo.apply_with(&writes, swap_commit)?;
+    let info = core.repo_mut().apply_with(&writes, swap_commit)?;
     let mut done = Vec::with_capacity(writes.len());
     for w in &writes {
         let cid = match w {
             Write::Delete { .. } => None,
-            _ => core.repo.get_cid(w.collection(), w.rkey())?,
+            _ => core.repo().get_cid(w.collection(), w.rkey())?,
         };
         done.push(Done {
             collection: w.collection().to_owned(),
@@ -292,7 +292,7 @@ pub async fn put_record(state: &Arc<AppState>, req: Request) -> Result<Response,
     if let Ok(cid) = crate::model::record_cid(&input.record) {
         let (collection, rkey) = (input.collection.clone(), input.rkey.clone());
         let current = state
-            .with_core(move |core| Ok(core.repo.get_cid(&collection, &rkey)?))
+            .with_core(move |core| Ok(core.repo().get_cid(&collection, &rkey)?))
             .await?;
         if current == Some(cid) {
             return Ok(Json(json!({
@@ -334,7 +334,7 @@ pub async fn delete_record(state: &Arc<AppState>, req: Request) -> Result<Respon
         .with_core(move |core| {
             // Deleting what is not there is a no-op without a commit (as on
             // the reference PDS), unless the caller expected a record.
-            if swap.is_none() && core.repo.get_cid(&collection, &rkey)?.is_none() {
+            if swap.is_none() && core.repo().get_cid(&collection, &rkey)?.is_none() {
                 return Ok(None);
             }
             let planned = vec![Planned::Delete {
@@ -448,7 +448,7 @@ pub async fn get_record(state: &Arc<AppState>, req: Request) -> Result<Response,
     let rkey = req.required("rkey")?.to_owned();
     let want = cid_param("cid", req.param("cid"))?;
     let entry = state
-        .with_core(move |core| Ok(core.repo.get(&collection, &rkey)?))
+        .with_core(move |core| Ok(core.repo().get(&collection, &rkey)?))
         .await?;
     let not_found = || {
         XrpcError::named(
@@ -502,7 +502,7 @@ pub async fn list_records(state: &Arc<AppState>, req: Request) -> Result<Respons
                     Some(c) => format!("{prefix}{c}"),
                     None => prefix.clone(),
                 };
-                for item in core.repo.mst().entries_from(&start) {
+                for item in core.repo().mst().entries_from(&start) {
                     let (key, cid) = item.map_err(RepoError::from)?;
                     if !key.starts_with(&prefix) {
                         break;
@@ -519,7 +519,7 @@ pub async fn list_records(state: &Arc<AppState>, req: Request) -> Result<Respons
                 // TODO(issue 8): a descending page walks the collection from
                 // its start; the MST has no reverse iterator yet.
                 let mut all: Vec<(String, Cid)> = Vec::new();
-                for item in core.repo.list(Some(&collection))? {
+                for item in core.repo().list(Some(&collection))? {
                     let (key, cid) = item?;
                     if let Some(c) = &cursor
                         && key.as_str() >= format!("{prefix}{c}").as_str()
@@ -540,7 +540,7 @@ pub async fn list_records(state: &Arc<AppState>, req: Request) -> Result<Respons
             let mut records = Vec::with_capacity(page.len());
             for (key, cid) in page {
                 let rkey = &key[prefix.len()..];
-                let Some(entry) = core.repo.get(&collection, rkey)? else {
+                let Some(entry) = core.repo().get(&collection, rkey)? else {
                     continue;
                 };
                 records.push(json!({
@@ -568,7 +568,7 @@ pub async fn describe_repo(state: &Arc<AppState>, req: Request) -> Result<Respon
             loop {
                 // Jump over each collection: every key of `c/…` sorts
                 // before `c0` ('/' + 1 = '0').
-                let next = core.repo.mst().entries_from(&start).next();
+                let next = core.repo().mst().entries_from(&start).next();
                 let Some(item) = next else { break };
                 let (key, _) = item.map_err(RepoError::from)?;
                 let Some((c, _)) = key.split_once('/') else {

@@ -51,7 +51,7 @@ pub async fn get_repo(state: &Arc<AppState>, req: Request) -> Result<Response, X
         })
         .transpose()?;
     let bytes = state
-        .with_core(move |core| Ok(core.repo.export(Vec::new(), since)?.0))
+        .with_core(move |core| Ok(core.repo().export(Vec::new(), since)?.0))
         .await?;
     Ok(car(bytes))
 }
@@ -85,7 +85,7 @@ pub async fn get_blocks(state: &Arc<AppState>, req: Request) -> Result<Response,
     }
     let bytes = state
         .with_core(move |core| {
-            let store = core.repo.mst().store();
+            let store = core.repo().mst().store();
             let mut car = CarWriter::new(Vec::new(), &[]).map_err(XrpcError::internal)?;
             let mut written = std::collections::HashSet::new();
             let mut missing = Vec::new();
@@ -118,8 +118,8 @@ pub async fn get_record(state: &Arc<AppState>, req: Request) -> Result<Response,
     // can verify), not an error.
     let bytes = state
         .with_core(move |core| {
-            let head = core.repo.head().commit;
-            record_proof(core.repo.mst().store(), head, &key)
+            let head = core.repo().head().commit;
+            record_proof(core.repo().mst().store(), head, &key)
                 .map_err(|e| XrpcError::from(RepoError::from(e)))
         })
         .await?;
@@ -128,13 +128,13 @@ pub async fn get_record(state: &Arc<AppState>, req: Request) -> Result<Response,
 
 pub async fn get_latest_commit(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     own_did(state, &req)?;
-    let head = state.with_core(|core| Ok(core.repo.head())).await?;
+    let head = state.with_core(|core| Ok(core.repo().head())).await?;
     Ok(Json(json!({"cid": head.commit.to_string(), "rev": head.rev.to_string()})).into_response())
 }
 
 pub async fn get_repo_status(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     own_did(state, &req)?;
-    let head = state.with_core(|core| Ok(core.repo.head())).await?;
+    let head = state.with_core(|core| Ok(core.repo().head())).await?;
     Ok(
         Json(json!({"did": state.did, "active": true, "rev": head.rev.to_string()}))
             .into_response(),
@@ -147,7 +147,7 @@ pub async fn list_repos(state: &Arc<AppState>, req: Request) -> Result<Response,
     if req.param("cursor").is_some() {
         return Ok(Json(json!({"repos": []})).into_response());
     }
-    let head = state.with_core(|core| Ok(core.repo.head())).await?;
+    let head = state.with_core(|core| Ok(core.repo().head())).await?;
     Ok(Json(json!({
         "repos": [{
             "did": state.did,

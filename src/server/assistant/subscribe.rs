@@ -1,0 +1,258 @@
+//! `chat.gel.assistant.subscribeReply`: one reply's events over a
+//! websocket, for the account's own clients (a bearer access token, as for
+//! writes: the frames are the chat's plaintext).
+//!
+//! - A run this server makes or made: its frames after `cursor` (none or
+//!   0: all), then live ones until the run ends.
+//! - A reply that ended elsewhere or before a restart: the events its
+//!   record implies (`chat::replay`), seqs from 1.
+//! - A reply still `pending` that no run here has claimed: wait until one
+//!   is claimed or the record changes (another device filled it).
+//!
+//! `ReplyNotFound` and `FutureCursor` are error frames (the socket then
+//! closes), as `subscribeRepos` sends its errors; a server without
+//! `--assistant` answers `MethodNotImplemented` before the upgrade.
+
+use std::sync::Arc;
+
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
+use axum::extract::{RawQuery, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+
+use super::Assistant;
+use super::log::{RunLog, event_frame};
+use crate::chat::ReplyKey;
+use crate::chat::replay::replay;
+use crate::chat::store::MESSAGE;
+use crate::lexicon::chat::gel::assistant::defs::PlainContent;
+use crate::lexicon::chat::gel::assistant::message::Message as MessageRecord;
+use crate::repo::events::error_frame;
+use crate::server::auth::bearer;
+use crate::server::error::XrpcError;
+use crate::server::state::AppState;
+
+/// The `GET /xrpc/chat.gel.assistant.subscribeReply` handler.
+pub async fn subscribe_reply(
+    State(state): State<Arc<AppState>>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Response {
+    match open(&state, query.as_deref(), &headers) {
+        Ok((assistant, reply, cursor)) => match ws {
+            Ok(ws) => ws.on_upgrade(move |socket| async move {
+                if let Err(e) = stream(state, assistant, socket, reply, cursor).await {
+                    tracing::debug!("subscribeReply ended: {e}");
+                }
+            }),
+            Err(e) => XrpcError::invalid_request(format!(
+                "subscribeReply is a websocket subscription: {e}"
+            ))
+            .into_response(),
+        },
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Checks the parameters and the token: `(assistant, reply, cursor)`.
+fn open(
+    state: &AppState,
+    query: Option<&str>,
+    headers: &HeaderMap,
+) -> Result<(Arc<Assistant>, ReplyKey, u64), XrpcError> {
+    let Some(assistant) = state.assistant.clone() else {
+        let mut e = XrpcError::not_implemented("chat.gel.assistant.subscribeReply");
+        e.message = "this server holds no chat key, so it cannot stream a reply's plaintext; \
+                     start it with --assistant to run and stream replies"
+            .into();
+        return Err(e);
+    };
+    let claims = state
+        .tokens
+        .verify(bearer(headers)?, crate::server::auth::ACCESS_SCOPE)?;
+    if claims.sub != state.did {
+        return Err(XrpcError::invalid_token("Token is for another account"));
+    }
+    let mut reply = None;
+    let mut cursor = 0;
+    for pair in query.unwrap_or("").split('&') {
+        if let Some(v) = pair.strip_prefix("reply=") {
+            reply = Some(v);
+        } else if let Some(v) = pair.strip_prefix("cursor=")
+            && !v.is_empty()
+        {
+            cursor = v
+                .parse::<u64>()
+                .map_err(|_| XrpcError::invalid_request("cursor must be a non-negative integer"))?;
+        }
+    }
+    let reply = reply
+        .ok_or_else(|| XrpcError::invalid_request("Params must have the property \"reply\""))?;
+    if reply.len() > 512 {
+        return Err(XrpcError::invalid_request(
+            "reply: longer than 512 characters",
+        ));
+    }
+    let reply =
+        ReplyKey::parse(reply).map_err(|e| XrpcError::invalid_request(format!("reply: {e}")))?;
+    Ok((assistant, reply, cursor))
+}
+
+/// What the record of a reply says, when no run here has it.
+enum Stored {
+    Missing,
+    Pending,
+    Ended(Vec<Vec<u8>>),
+}
+
+async fn stream(
+    state: Arc<AppState>,
+    assistant: Arc<Assistant>,
+    mut socket: WebSocket,
+    reply: ReplyKey,
+    cursor: u64,
+) -> Result<(), axum::Error> {
+    let mut commits = state.commits.subscribe();
+    let mut claims = assistant.claims();
+    let mut stopping = state.stopping.subscribe();
+    loop {
+        // Subscribe first, then look: no claim or commit slips between.
+        commits.borrow_and_update();
+        claims.borrow_and_update();
+        if let Some(log) = assistant.run_log(&reply.to_string()) {
+            return follow(&state, socket, log, cursor).await;
+        }
+        let stored = state
+            .with_core(move |core| {
+                let Some(entry) = core.repo().get(MESSAGE, &reply.to_string())? else {
+                    return Ok(Stored::Missing);
+                };
+                let Ok(record) = serde_json::from_value::<MessageRecord>(entry.value) else {
+                    return Ok(Stored::Missing);
+                };
+                if record.status
+                    == crate::lexicon::chat::gel::assistant::message::MessageStatus::Pending
+                {
+                    return Ok(Stored::Pending);
+                }
+                let content = match core.chats()? {
+                    Some(chats) => chats
+                        .device()
+                        .open_sealed_json(MESSAGE, &reply.to_string())
+                        .ok()
+                        .and_then(|v| serde_json::from_value::<PlainContent>(v).ok()),
+                    None => None,
+                };
+                let events = replay(&reply, &record, content.as_ref());
+                let frames = events
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| event_frame(e, i as u64 + 1, record.model.as_ref()))
+                    .collect();
+                Ok(Stored::Ended(frames))
+            })
+            .await;
+        match stored {
+            Ok(Stored::Missing) => {
+                return close_with(
+                    socket,
+                    "ReplyNotFound",
+                    &format!("no reply has the record key {reply}"),
+                )
+                .await;
+            }
+            Ok(Stored::Ended(frames)) => {
+                if cursor > frames.len() as u64 {
+                    return future_cursor(socket, cursor, frames.len() as u64).await;
+                }
+                for frame in frames.into_iter().skip(cursor as usize) {
+                    socket.send(Message::Binary(frame.into())).await?;
+                }
+                return close_normally(socket).await;
+            }
+            Ok(Stored::Pending) => {}
+            Err(e) => return close_with(socket, "InternalServerError", &e.message).await,
+        }
+        tokio::select! {
+            _ = commits.changed() => {}
+            _ = claims.changed() => {}
+            _ = stopping.changed() => {
+                return close_with(socket, "ServerShuttingDown", "the server is stopping").await;
+            }
+            incoming = socket.recv() => if closed(&incoming) {
+                return Ok(());
+            },
+        }
+    }
+}
+
+/// Sends a run's frames after `cursor`, then new ones as they come, until
+/// the run ends.
+async fn follow(
+    state: &AppState,
+    mut socket: WebSocket,
+    log: Arc<RunLog>,
+    mut cursor: u64,
+) -> Result<(), axum::Error> {
+    let mut changed = log.subscribe();
+    let mut stopping = state.stopping.subscribe();
+    loop {
+        changed.borrow_and_update();
+        let Some(read) = log.read_after(cursor) else {
+            let last = log.next_seq() - 1;
+            return future_cursor(socket, cursor, last).await;
+        };
+        for frame in read.frames {
+            socket.send(Message::Binary(frame.into())).await?;
+        }
+        cursor = read.last;
+        if read.ended {
+            return close_normally(socket).await;
+        }
+        tokio::select! {
+            _ = changed.changed() => {}
+            _ = stopping.changed() => {
+                return close_with(socket, "ServerShuttingDown", "the server is stopping").await;
+            }
+            incoming = socket.recv() => if closed(&incoming) {
+                return Ok(());
+            },
+        }
+    }
+}
+
+fn closed(incoming: &Option<Result<Message, axum::Error>>) -> bool {
+    matches!(incoming, None | Some(Err(_)) | Some(Ok(Message::Close(_))))
+}
+
+async fn future_cursor(socket: WebSocket, cursor: u64, last: u64) -> Result<(), axum::Error> {
+    close_with(
+        socket,
+        "FutureCursor",
+        &format!("Cursor {cursor} is past the reply's last event ({last})"),
+    )
+    .await
+}
+
+async fn close_normally(mut socket: WebSocket) -> Result<(), axum::Error> {
+    socket
+        .send(Message::Close(Some(CloseFrame {
+            code: close_code::NORMAL,
+            reason: "".into(),
+        })))
+        .await
+}
+
+async fn close_with(mut socket: WebSocket, name: &str, message: &str) -> Result<(), axum::Error> {
+    socket
+        .send(Message::Binary(error_frame(name, message).into()))
+        .await?;
+    socket
+        .send(Message::Close(Some(CloseFrame {
+            code: close_code::POLICY,
+            reason: name.into(),
+        })))
+        .await
+}

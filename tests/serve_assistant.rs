@@ -1,0 +1,446 @@
+//! `gelstore serve --assistant CMD`: the server as a device of the account
+//! that runs pending replies with a model command and streams them over
+//! `chat.gel.assistant.subscribeReply`; `answerApproval` writes the sealed
+//! answer and the pending reply to it. The command is
+//! `tests/assistant/replay.py`, which replays recorded model streams.
+//!
+//! A websocket client (tungstenite) reads the frames; each is decoded with
+//! the generated `SubscribeReplyMessage::from_frame` and validated against
+//! the lexicon.
+
+mod common_serve;
+
+use std::net::TcpStream;
+use std::path::Path;
+
+use common_serve::{Serve, http};
+use gelstore::lexicon::chat::gel::assistant::subscribe_reply::SubscribeReplyMessage;
+use gelstore::lexicon::support::Validate;
+use gelstore::model::{Ipld, decode_dag_cbor, encode_dag_cbor};
+use serde_json::{Value, json};
+use tungstenite::Message;
+
+fn assistant_args() -> Vec<String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/assistant/replay.py");
+    vec![
+        "--assistant".into(),
+        format!("python3 {}", script.display()),
+        "--approve-tools".into(),
+        "delete_files".into(),
+    ]
+}
+
+fn start(data: &Path) -> Serve {
+    let args = assistant_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Serve::start_in(data, &args)
+}
+
+fn gel_ok(data: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gelstore"))
+        .arg("--data")
+        .arg(data)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").trim().to_owned()
+}
+
+/// One frame as the subscriber saw it.
+#[derive(Debug, Clone)]
+enum Frame {
+    Event { t: String, body: Value },
+    Error { error: String },
+}
+
+impl Frame {
+    fn t(&self) -> &str {
+        match self {
+            Frame::Event { t, .. } => t,
+            Frame::Error { error } => error,
+        }
+    }
+    fn seq(&self) -> i64 {
+        match self {
+            Frame::Event { body, .. } => body["seq"].as_i64().unwrap(),
+            Frame::Error { .. } => -1,
+        }
+    }
+}
+
+/// Splits a binary message into its two DAG-CBOR values.
+fn split_frame(bytes: &[u8]) -> (Ipld, Ipld) {
+    // The header is a small map: find where its encoding ends by
+    // re-encoding prefixes' decodes.
+    for cut in 1..bytes.len() {
+        if let (Ok(h), Ok(b)) = (
+            decode_dag_cbor(&bytes[..cut]),
+            decode_dag_cbor(&bytes[cut..]),
+        ) {
+            assert_eq!(encode_dag_cbor(&h).unwrap(), &bytes[..cut]);
+            return (h, b);
+        }
+    }
+    panic!("not a header + body frame: {bytes:?}");
+}
+
+/// Subscribes to `reply` (with `cursor`) and reads every frame until the
+/// server closes the stream.
+fn subscribe(serve: &Serve, token: &str, reply: &str, cursor: Option<u64>) -> Vec<Frame> {
+    let mut url = format!(
+        "ws://{}/xrpc/chat.gel.assistant.subscribeReply?reply={reply}",
+        serve.addr()
+    );
+    if let Some(c) = cursor {
+        url.push_str(&format!("&cursor={c}"));
+    }
+    let mut request = tungstenite::client::IntoClientRequest::into_client_request(url).unwrap();
+    request
+        .headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let stream = TcpStream::connect(serve.addr()).unwrap();
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let (mut socket, _) = tungstenite::client(request, stream).expect("websocket upgrade");
+    let mut frames = Vec::new();
+    loop {
+        match socket.read() {
+            Ok(Message::Binary(bytes)) => {
+                let (header, body) = split_frame(&bytes);
+                let header = gelstore::model::ipld_to_json(&header).unwrap();
+                if header["op"] == -1 {
+                    let body = gelstore::model::ipld_to_json(&body).unwrap();
+                    frames.push(Frame::Error {
+                        error: body["error"].as_str().unwrap().to_owned(),
+                    });
+                    continue;
+                }
+                let t = header["t"].as_str().unwrap().to_owned();
+                let message = SubscribeReplyMessage::from_frame(&t, body.clone())
+                    .unwrap_or_else(|e| panic!("{t}: {e}"));
+                assert!(
+                    !matches!(message, SubscribeReplyMessage::Unknown(_)),
+                    "unknown frame type {t}"
+                );
+                message
+                    .validate()
+                    .unwrap_or_else(|e| panic!("{t} does not validate: {e:?}"));
+                frames.push(Frame::Event {
+                    t,
+                    body: gelstore::model::ipld_to_json(&body).unwrap(),
+                });
+            }
+            Ok(Message::Close(_)) => break,
+            Ok(_) => {}
+            Err(tungstenite::Error::ConnectionClosed | tungstenite::Error::AlreadyClosed) => break,
+            Err(e) => panic!("websocket: {e}"),
+        }
+    }
+    frames
+}
+
+fn kinds(frames: &[Frame]) -> Vec<&str> {
+    frames.iter().map(Frame::t).collect()
+}
+
+fn post(serve: &Serve, token: &str, nsid: &str, body: Value) -> common_serve::Response {
+    http(
+        &serve.addr(),
+        "POST",
+        &format!("/xrpc/{nsid}"),
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &format!("Bearer {token}")),
+        ],
+        body.to_string().as_bytes(),
+    )
+}
+
+fn get(serve: &Serve, path: &str) -> common_serve::Response {
+    http(&serve.addr(), "GET", &format!("/xrpc/{path}"), &[], b"")
+}
+
+/// Asks for a reply the way any client can: a `pending` reply record
+/// (clear metadata only, nothing sealed).
+fn ask(serve: &Serve, token: &str, chat: &str, message: &str) -> String {
+    let reply = format!("{message}.r0");
+    let r = post(
+        serve,
+        token,
+        "com.atproto.repo.createRecord",
+        json!({
+            "repo": serve.did,
+            "collection": "chat.gel.assistant.message",
+            "rkey": reply,
+            "record": {
+                "$type": "chat.gel.assistant.message",
+                "chat": format!("at://{}/chat.gel.assistant.chat/{chat}", serve.did),
+                "role": "assistant",
+                "status": "pending",
+                "createdAt": "2026-11-30T00:00:00.000Z",
+            },
+        }),
+    );
+    assert_eq!(r.status, 200, "createRecord: {}", r.text());
+    reply
+}
+
+fn status_of(serve: &Serve, reply: &str) -> String {
+    let r = get(
+        serve,
+        &format!(
+            "com.atproto.repo.getRecord?repo={}&collection=chat.gel.assistant.message&rkey={reply}",
+            serve.did.replace('%', "%25")
+        ),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()["value"]["status"].as_str().unwrap().to_owned()
+}
+
+/// The expected event kinds of a fixture, as frame types.
+fn fixture_kinds(case: &str) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/streams")
+        .join(case)
+        .join("expected.events.jsonl");
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).unwrap();
+            let snake = v["type"].as_str().unwrap();
+            let mut t = String::from("#");
+            let mut up = false;
+            for c in snake.chars() {
+                if c == '_' {
+                    up = true;
+                } else if up {
+                    t.extend(c.to_uppercase());
+                    up = false;
+                } else {
+                    t.push(c);
+                }
+            }
+            t
+        })
+        .collect()
+}
+
+#[test]
+fn the_assistant_runs_streams_and_answers_approvals() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // First start: a new account; --assistant makes the server its first
+    // device. Then the user writes a chat on the folder (server stopped).
+    let serve = start(&data);
+    let did = serve.did.clone();
+    serve.stop();
+    assert!(data.join("device.json").is_file());
+    let chat = first_line(&gel_ok(&data, &["chat", "new", "--title", "Cleanup"]));
+    let message = first_line(&gel_ok(
+        &data,
+        &[
+            "chat",
+            "send",
+            "--chat",
+            &chat,
+            "Delete my drafts STREAM:approval_waiting",
+        ],
+    ));
+
+    let serve = start(&data);
+    assert_eq!(serve.did, did);
+    let token = serve.access_token();
+    let reply = ask(&serve, &token, &chat, &message);
+    let frames = subscribe(&serve, &token, &reply, None);
+    assert_eq!(kinds(&frames), fixture_kinds("approval_waiting"));
+    let seqs: Vec<i64> = frames.iter().map(Frame::seq).collect();
+    assert_eq!(seqs, (1..=frames.len() as i64).collect::<Vec<_>>());
+    let Frame::Event { body, .. } = frames.last().unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        body["id"],
+        reply.as_str(),
+        "the pending action is the reply"
+    );
+    assert_eq!(body["callId"], "toolu_11");
+    // The deltas add up to the message the next frame replaces them with.
+    let deltas: String = frames
+        .iter()
+        .filter(|f| f.t() == "#textDelta")
+        .map(|f| match f {
+            Frame::Event { body, .. } => body["text"].as_str().unwrap().to_owned(),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(deltas, "I will delete the drafts after you confirm.");
+    assert_eq!(status_of(&serve, &reply), "waiting");
+
+    // A cursor resumes after the seq the client saw; one past the end is
+    // FutureCursor.
+    let resumed = subscribe(&serve, &token, &reply, Some(5));
+    assert_eq!(resumed.first().map(Frame::seq), Some(6));
+    assert_eq!(resumed.len(), frames.len() - 5);
+    let future = subscribe(&serve, &token, &reply, Some(999));
+    assert_eq!(kinds(&future), ["FutureCursor"]);
+    let missing = subscribe(&serve, &token, "3lbqzdw5pzk22.r0", None);
+    assert_eq!(kinds(&missing), ["ReplyNotFound"]);
+
+    // The approval is listed with its calls (the server can open them).
+    let approvals = get(&serve, "chat.gel.assistant.listApprovals").json();
+    assert_eq!(approvals["replies"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        approvals["replies"][0]["calls"],
+        json!([{"callId": "toolu_11", "tool": "delete_files"}])
+    );
+
+    // answerApproval writes the sealed answer and a pending reply to it,
+    // which the assistant runs: the approved call's result first.
+    let answer = post(
+        &serve,
+        &token,
+        "chat.gel.assistant.answerApproval",
+        json!({"reply": reply, "decisions": [{"callId": "toolu_11", "decision": "approved"}]}),
+    );
+    assert_eq!(answer.status, 200, "{}", answer.text());
+    let answer = answer.json();
+    let next = answer["reply"].as_str().unwrap().to_owned();
+    let answer_key = answer["uri"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    assert_eq!(next, format!("{answer_key}.r0"));
+    let again = post(
+        &serve,
+        &token,
+        "chat.gel.assistant.answerApproval",
+        json!({"reply": reply, "decisions": []}),
+    );
+    assert_eq!(again.error(), "PendingResolved");
+    let resumed = subscribe(&serve, &token, &next, None);
+    let mut want = vec!["#toolResult".to_owned()];
+    want.extend(fixture_kinds("plain_text_small_deltas"));
+    assert_eq!(kinds(&resumed), want);
+    let Frame::Event { body, .. } = &resumed[0] else {
+        panic!()
+    };
+    assert_eq!(
+        (
+            body["callId"].as_str(),
+            body["decision"].as_str(),
+            body["outcome"].as_str()
+        ),
+        (Some("toolu_11"), Some("approved"), Some("succeeded"))
+    );
+    assert_eq!(status_of(&serve, &next), "complete");
+    let approvals = get(&serve, "chat.gel.assistant.listApprovals").json();
+    assert_eq!(approvals["replies"], json!([]));
+    // Nothing sealed is stored in the clear.
+    let car = get(
+        &serve,
+        &format!("com.atproto.sync.getRepo?did={}", did.replace('%', "%25")),
+    );
+    assert!(!String::from_utf8_lossy(&car.body).contains("Delete my drafts"));
+    serve.stop();
+
+    // The thread, read on the folder: the answer and the reply to it, with
+    // the tool's output.
+    let shown = gel_ok(
+        &data,
+        &["chat", "show", "--chat", &chat, "--format", "json"],
+    );
+    assert!(shown.contains("ran delete_files"), "{shown}");
+    assert!(shown.contains("Grüß"), "{shown}");
+
+    // After a restart the runs are gone from memory: the records replay.
+    let serve = start(&data);
+    let token = serve.access_token();
+    let replayed = subscribe(&serve, &token, &reply, None);
+    assert_eq!(
+        kinds(&replayed),
+        ["#message", "#toolCall", "#toolCall", "#confirmRequired"]
+    );
+    let replayed = subscribe(&serve, &token, &next, None);
+    assert_eq!(kinds(&replayed).first(), Some(&"#toolResult"));
+    assert_eq!(kinds(&replayed).last(), Some(&"#done"));
+}
+
+#[test]
+fn a_failing_command_fails_the_reply_and_keeps_what_it_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    start(&data).stop();
+    let chat = first_line(&gel_ok(&data, &["chat", "new"]));
+    let crash = first_line(&gel_ok(
+        &data,
+        &["chat", "send", "--chat", &chat, "STREAM:exit-1"],
+    ));
+    let garbage = first_line(&gel_ok(
+        &data,
+        &["chat", "send", "--chat", &chat, "STREAM:garbage"],
+    ));
+    let serve = start(&data);
+    let token = serve.access_token();
+
+    let reply = ask(&serve, &token, &chat, &crash);
+    let frames = subscribe(&serve, &token, &reply, None);
+    assert_eq!(
+        kinds(&frames),
+        ["#textDelta", "#message", "#error", "#done"],
+        "{frames:?}"
+    );
+    assert_eq!(status_of(&serve, &reply), "failed");
+
+    let reply = ask(&serve, &token, &chat, &garbage);
+    let frames = subscribe(&serve, &token, &reply, None);
+    assert_eq!(kinds(&frames), ["#error", "#done"], "{frames:?}");
+    assert_eq!(status_of(&serve, &reply), "failed");
+
+    // Without a token the plaintext stream is refused before the upgrade.
+    let r = get(
+        &serve,
+        &format!("chat.gel.assistant.subscribeReply?reply={reply}"),
+    );
+    assert_eq!(r.status, 401, "{}", r.text());
+    // The server keeps serving.
+    assert_eq!(get(&serve, "com.atproto.server.describeServer").status, 200);
+}
+
+#[test]
+fn a_reply_left_pending_by_a_stop_is_run_at_the_next_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    // A keyless server takes the pending reply (it cannot run it).
+    let serve = Serve::start_in(&data, &[]);
+    let token = serve.access_token();
+    serve.stop();
+    // The folder becomes the account's first device.
+    start(&data).stop();
+    let chat = first_line(&gel_ok(&data, &["chat", "new"]));
+    let message = first_line(&gel_ok(&data, &["chat", "send", "--chat", &chat, "Hello"]));
+    let serve = Serve::start_in(&data, &[]);
+    let _ = token;
+    let token = serve.access_token();
+    let reply = ask(&serve, &token, &chat, &message);
+    assert_eq!(status_of(&serve, &reply), "pending");
+    serve.stop();
+    let serve = start(&data);
+    let token = serve.access_token();
+    let frames = subscribe(&serve, &token, &reply, None);
+    assert_eq!(kinds(&frames), fixture_kinds("plain_text_small_deltas"));
+    assert_eq!(status_of(&serve, &reply), "complete");
+}
