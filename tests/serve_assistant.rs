@@ -444,3 +444,91 @@ fn a_reply_left_pending_by_a_stop_is_run_at_the_next_start() {
     assert_eq!(kinds(&frames), fixture_kinds("plain_text_small_deltas"));
     assert_eq!(status_of(&serve, &reply), "complete");
 }
+
+/// The real shape: a phone holds the account's keys and syncs through the
+/// server; the server folder is paired as a device of the account, runs
+/// the reply the phone asked for, and the phone reads it after a sync.
+#[test]
+fn a_paired_server_answers_what_a_phone_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let srv = dir.path().join("server");
+    let phone = dir.path().join("phone");
+    let sync = |serve: &Serve| {
+        gel_ok(
+            &phone,
+            &[
+                "sync",
+                "--pds",
+                &serve.service,
+                "--identifier",
+                &serve.handle,
+                "--password",
+                &serve.password,
+            ],
+        )
+    };
+
+    // The phone is the account's first device; it writes and asks.
+    gel_ok(&phone, &["device", "init", "--name", "phone"]);
+    let chat = first_line(&gel_ok(&phone, &["chat", "new", "--title", "Pancakes"]));
+    let message = first_line(&gel_ok(
+        &phone,
+        &[
+            "chat",
+            "send",
+            "--chat",
+            &chat,
+            "What do I need? STREAM:plain_text_small_deltas",
+        ],
+    ));
+    let reply = first_line(&gel_ok(&phone, &["chat", "ask", "--to", &message]));
+    assert_eq!(reply, format!("{message}.r0"));
+    let serve = Serve::start_in(&srv, &[]);
+    // Restarts keep the port: the did:web names it.
+    let listen = serve.addr();
+    sync(&serve);
+    serve.stop();
+
+    // The server folder pairs like any device: code, approval, sync, join.
+    let refused = std::process::Command::new(env!("CARGO_BIN_EXE_gelstore"))
+        .arg("--data")
+        .arg(&srv)
+        .args([
+            "serve",
+            "--listen",
+            &listen,
+            "--password",
+            common_serve::PASSWORD,
+        ])
+        .args(assistant_args())
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("pair this folder first"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let code = first_line(&gel_ok(&srv, &["device", "pair"]));
+    gel_ok(&phone, &["device", "approve", &code]);
+    let serve = Serve::start_at(&srv, &listen, &[]);
+    sync(&serve);
+    serve.stop();
+    gel_ok(&srv, &["device", "join"]);
+
+    // With --assistant it finds the pending reply and runs it.
+    let args = assistant_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let serve = Serve::start_at(&srv, &listen, &args);
+    let token = serve.access_token();
+    let frames = subscribe(&serve, &token, &reply, None);
+    assert_eq!(kinds(&frames), fixture_kinds("plain_text_small_deltas"));
+    assert_eq!(status_of(&serve, &reply), "complete");
+    sync(&serve);
+    let shown = gel_ok(
+        &phone,
+        &["chat", "show", "--chat", &chat, "--format", "json"],
+    );
+    assert!(shown.contains("Grüß"), "{shown}");
+    assert!(shown.contains("\"complete\""), "{shown}");
+}

@@ -37,6 +37,10 @@ pub enum ChatCommand {
     /// Write the reply to a user message from a recorded model stream
     /// (JSON lines); prints the live events (JSON lines) as it goes.
     Reply(ReplyArgs),
+    /// Ask for the reply to a user message: write it `pending` (no
+    /// content), for an assistant (`gelstore serve --assistant`) to
+    /// generate once it has it (sync it there); prints the reply's key.
+    Ask(AskArgs),
     /// Show a chat's thread.
     Show(ShowArgs),
     /// List the replies waiting for an approval, across all chats.
@@ -105,6 +109,16 @@ pub struct ReplyArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct AskArgs {
+    /// The user message replied to.
+    #[arg(long, value_name = "MESSAGEKEY")]
+    pub to: String,
+    /// The attempt (default: the one the message asks for).
+    #[arg(long)]
+    pub attempt: Option<i64>,
+}
+
+#[derive(Args, Debug)]
 pub struct ShowArgs {
     /// The chat's id.
     #[arg(long)]
@@ -153,6 +167,7 @@ pub fn run(data: &Path, cmd: ChatCommand) -> Outcome {
         ChatCommand::Ls(a) => ls(data, a.format),
         ChatCommand::Send(a) => send(data, a),
         ChatCommand::Reply(a) => reply(data, a),
+        ChatCommand::Ask(a) => ask(data, a),
         ChatCommand::Show(a) => show(data, a),
         ChatCommand::Approvals(a) => approvals(data, a.format),
         ChatCommand::Approve(a) => approve(data, a),
@@ -220,17 +235,28 @@ fn send(data: &Path, args: SendArgs) -> Result<()> {
     Ok(())
 }
 
+/// The user message `--to` names.
+fn user_message(to: &str) -> Result<crate::repo::tid::Tid> {
+    match MessageKey::parse(to) {
+        Ok(MessageKey::User(t)) => Ok(t),
+        Ok(MessageKey::Reply(_)) => Err(Failure::input(format!(
+            "--to {to}: a reply answers a user message, not a reply"
+        ))),
+        Err(e) => Err(Failure::env(format!("--to: {e}"))),
+    }
+}
+
+fn ask(data: &Path, args: AskArgs) -> Result<()> {
+    let message = user_message(&args.to)?;
+    let attempt = args.attempt.map(attempt).transpose()?;
+    let mut store = ChatStore::open(data)?;
+    let pending = store.start_reply(message, attempt)?;
+    say(pending.key.to_string());
+    Ok(())
+}
+
 fn reply(data: &Path, args: ReplyArgs) -> Result<()> {
-    let message = match MessageKey::parse(&args.to) {
-        Ok(MessageKey::User(t)) => t,
-        Ok(MessageKey::Reply(_)) => {
-            return Err(Failure::input(format!(
-                "--to {}: a reply answers a user message, not a reply",
-                args.to
-            )));
-        }
-        Err(e) => return Err(Failure::env(format!("--to: {e}"))),
-    };
+    let message = user_message(&args.to)?;
     let attempt = args.attempt.map(attempt).transpose()?;
     let policy: Arc<dyn ApprovalPolicy + Send + Sync> = if args.approve_tools.is_empty() {
         Arc::new(NoApproval)

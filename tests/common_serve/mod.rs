@@ -63,10 +63,16 @@ impl Serve {
 
     /// A server on `data` (created if missing), with extra arguments.
     pub fn start_in(data: &Path, extra: &[&str]) -> Serve {
+        Serve::start_at(data, "127.0.0.1:0", extra)
+    }
+
+    /// A server on `data` listening on `listen` (a restart keeps the port
+    /// its did:web names).
+    pub fn start_at(data: &Path, listen: &str, extra: &[&str]) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gelstore"))
             .arg("--data")
             .arg(data)
-            .args(["serve", "--listen", "127.0.0.1:0", "--password", PASSWORD])
+            .args(["serve", "--listen", listen, "--password", PASSWORD])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
