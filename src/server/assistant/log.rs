@@ -5,7 +5,8 @@
 //! are encoded once, when the event is made; a subscriber copies out the
 //! frames after its cursor and sleeps on a watch channel until the next
 //! append or the end. The log is kept after the run ends (for late
-//! subscribers and cursor resumes) until the server stops.
+//! subscribers and cursor resumes): the last 256 finished runs, older
+//! ones are replayed from their records.
 
 use std::sync::Mutex;
 

@@ -30,7 +30,7 @@ mod log;
 mod run;
 mod subscribe;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -57,7 +57,7 @@ pub struct AssistantOptions {
 pub struct Assistant {
     command: String,
     policy: Arc<dyn ApprovalPolicy + Send + Sync>,
-    runs: Mutex<HashMap<String, Arc<RunLog>>>,
+    runs: Mutex<Runs>,
     /// Bumped when a run is claimed: wakes subscribers waiting on a
     /// pending reply.
     claimed: watch::Sender<u64>,
@@ -71,6 +71,17 @@ impl std::fmt::Debug for Assistant {
     }
 }
 
+/// Finished runs kept in memory for late subscribers; older ones are
+/// replayed from their records.
+const KEPT_RUNS: usize = 256;
+
+/// The runs by reply key, and the finished ones oldest first.
+#[derive(Default)]
+struct Runs {
+    by_reply: HashMap<String, Arc<RunLog>>,
+    finished: VecDeque<String>,
+}
+
 impl Assistant {
     /// An assistant with `options`.
     pub fn new(options: AssistantOptions) -> Assistant {
@@ -82,14 +93,14 @@ impl Assistant {
         Assistant {
             command: options.command,
             policy,
-            runs: Mutex::new(HashMap::new()),
+            runs: Mutex::new(Runs::default()),
             claimed: watch::channel(0).0,
         }
     }
 
     /// The run of `reply` this server made or is making, if any.
     pub fn run_log(&self, reply: &str) -> Option<Arc<RunLog>> {
-        self.lock().get(reply).cloned()
+        self.lock().by_reply.get(reply).cloned()
     }
 
     /// A receiver that wakes when a run is claimed.
@@ -100,11 +111,11 @@ impl Assistant {
     /// Claims `reply` for a run; `None` if it was claimed before.
     fn claim(&self, reply: &str) -> Option<Arc<RunLog>> {
         let mut runs = self.lock();
-        if runs.contains_key(reply) {
+        if runs.by_reply.contains_key(reply) {
             return None;
         }
         let log = Arc::new(RunLog::default());
-        runs.insert(reply.to_owned(), log.clone());
+        runs.by_reply.insert(reply.to_owned(), log.clone());
         drop(runs);
         self.claimed.send_modify(|n| *n += 1);
         Some(log)
@@ -113,11 +124,24 @@ impl Assistant {
     /// Gives up a claim that never started (the reply could not be read
     /// here): subscribers fall back to the record.
     fn release(&self, reply: &str) {
-        self.lock().remove(reply);
+        self.lock().by_reply.remove(reply);
         self.claimed.send_modify(|n| *n += 1);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<RunLog>>> {
+    /// Records that the run of `reply` ended; forgets the oldest finished
+    /// runs beyond [`KEPT_RUNS`] (memory stays bounded on a long-lived
+    /// server).
+    fn finished(&self, reply: &str) {
+        let mut runs = self.lock();
+        runs.finished.push_back(reply.to_owned());
+        while runs.finished.len() > KEPT_RUNS {
+            if let Some(old) = runs.finished.pop_front() {
+                runs.by_reply.remove(&old);
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Runs> {
         self.runs.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -100,6 +100,7 @@ pub(super) async fn run_reply(
         out.publish(e);
     }
     out.log.end();
+    assistant.finished(&key.to_string());
 }
 
 /// The pending reply and the request for the command; `None` if `key` is
