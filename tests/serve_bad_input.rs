@@ -361,14 +361,17 @@ fn bad_requests_get_named_errors_and_change_nothing() {
     assert_eq!(peer.notes(), ["a", "b", "c", "cbor"]);
     assert_ne!(peer.head(), head, "the CBOR create made one commit");
 
-    // While it runs, other commands on the folder fail at once and name it.
-    let out = Command::new(env!("CARGO_BIN_EXE_gelstore"))
-        .arg("--data")
-        .arg(&data)
-        .args(["repo", "ls"])
-        .env("GELSTORE_LOCK_WAIT_SECS", "60")
-        .output()
-        .unwrap();
+    // While it runs, commands that need the store fail at once and name it…
+    let gel = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gelstore"))
+            .arg("--data")
+            .arg(&data)
+            .args(args)
+            .env("GELSTORE_LOCK_WAIT_SECS", "60")
+            .output()
+            .unwrap()
+    };
+    let out = gel(&["repo", "check"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(
@@ -376,9 +379,57 @@ fn bad_requests_get_named_errors_and_change_nothing() {
             && stderr.contains(&peer.serve.service),
         "{stderr}"
     );
+    // …and reads go through the server: the same answers as the store's.
+    let served_ls = gel(&["repo", "ls", NOTE]);
+    assert!(
+        served_ls.status.success(),
+        "{}",
+        String::from_utf8_lossy(&served_ls.stderr)
+    );
+    assert!(String::from_utf8_lossy(&served_ls.stderr).contains("through gelstore serve"));
+    let served_get = gel(&["repo", "get", NOTE, "a", "--format", "json"]);
+    assert!(served_get.status.success());
+    let missing = gel(&["repo", "get", NOTE, "nope"]);
+    assert_eq!(
+        missing.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+    let backup = data.parent().unwrap().join("live.car");
+    let served_export = gel(&["repo", "export", "--out", backup.to_str().unwrap()]);
+    assert!(
+        served_export.status.success(),
+        "{}",
+        String::from_utf8_lossy(&served_export.stderr)
+    );
 
     // Stopped, the store checks clean and holds the records.
     drop(peer);
+    let local = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_gelstore"))
+            .arg("--data")
+            .arg(&data)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert_eq!(local(&["repo", "ls", NOTE]).stdout, served_ls.stdout);
+    assert_eq!(
+        local(&["repo", "get", NOTE, "a", "--format", "json"]).stdout,
+        served_get.stdout
+    );
+    let stopped = data.parent().unwrap().join("stopped.car");
+    assert!(
+        local(&["repo", "export", "--out", stopped.to_str().unwrap()])
+            .status
+            .success()
+    );
+    assert_eq!(
+        std::fs::read(&backup).unwrap(),
+        std::fs::read(&stopped).unwrap(),
+        "the live backup is the store's export"
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_gelstore"))
         .arg("--data")
         .arg(&data)

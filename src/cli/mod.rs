@@ -8,6 +8,7 @@ mod progress;
 mod repo;
 mod report;
 mod serve;
+mod served;
 mod sync;
 mod sync_status;
 
@@ -136,11 +137,19 @@ pub enum Format {
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> Outcome {
-    // While `gelstore serve` holds the folder, the store is its own: say so
-    // at once rather than wait on the store's lock.
-    if !matches!(cli.command, Command::Lex(_))
-        && let Err(e) = crate::server::running::check_free(&cli.data)
-    {
+    // While `gelstore serve` holds the folder, the store is its own: reads
+    // go through the server; anything else says so at once rather than
+    // wait on the store's lock. `lex` and `repo verify` never touch it.
+    let touches_folder = !matches!(
+        cli.command,
+        Command::Lex(_) | Command::Repo(repo::RepoCommand::Verify(_))
+    );
+    if touches_folder && let Err(e) = crate::server::running::check_free(&cli.data) {
+        if let Command::Repo(cmd) = &cli.command
+            && let Some(outcome) = served::run(&e.running, cmd)
+        {
+            return outcome;
+        }
         return finish(Err(Failure::env(e.to_string())));
     }
     match cli.command {

@@ -427,6 +427,27 @@ fn export(data: &Path, args: ExportArgs) -> Result<()> {
     Ok(())
 }
 
+/// Writes `bytes` to `out` (`-`: stdout), a file by a temporary beside it
+/// renamed into place, so a failure never leaves a truncated file.
+pub(super) fn write_output(out: &Path, bytes: &[u8]) -> Result<()> {
+    if out == Path::new("-") {
+        let mut stdout = io::stdout().lock();
+        return stdout
+            .write_all(bytes)
+            .and_then(|()| stdout.flush())
+            .map_err(|e| Failure::env(format!("writing stdout: {e}")));
+    }
+    let tmp = temp_path(out);
+    let written = File::create(&tmp)
+        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
+        .and_then(|()| fs::rename(&tmp, out));
+    if let Err(e) = written {
+        let _ = fs::remove_file(&tmp);
+        return Err(Failure::env(format!("{}: {e}", out.display())));
+    }
+    Ok(())
+}
+
 fn temp_path(target: &Path) -> PathBuf {
     let name = target
         .file_name()

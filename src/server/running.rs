@@ -2,7 +2,8 @@
 //! and DID), removed when it stops. Other `gelstore` commands read it
 //! before opening the store, so that while a server holds the folder they
 //! fail at once with a message naming the server, instead of waiting on the
-//! store's lock. A file left by a server that died (its pid is gone) is
+//! store's lock (reads — `repo get|ls|export` — go through the server:
+//! `cli::served`). A file left by a server that died (its pid is gone) is
 //! ignored and replaced.
 
 use std::path::{Path, PathBuf};
@@ -28,7 +29,7 @@ pub struct Running {
 /// A live server holds the folder.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "the data folder {data} is served by `gelstore serve` (pid {}, {}); stop it first, or use its XRPC API",
+    "the data folder {data} is served by `gelstore serve` (pid {}, {}); stop it first, or use its XRPC API (repo get, ls and export go through it)",
     running.pid, running.url
 )]
 pub struct RunningError {
