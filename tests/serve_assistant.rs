@@ -31,7 +31,12 @@ fn assistant_args() -> Vec<String> {
 }
 
 fn start(data: &Path) -> Serve {
-    let args = assistant_args();
+    start_with(data, &[])
+}
+
+fn start_with(data: &Path, extra: &[&str]) -> Serve {
+    let mut args = assistant_args();
+    args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Serve::start_in(data, &args)
 }
@@ -170,6 +175,16 @@ fn get(serve: &Serve, path: &str) -> common_serve::Response {
     http(&serve.addr(), "GET", &format!("/xrpc/{path}"), &[], b"")
 }
 
+fn get_auth(serve: &Serve, token: &str, path: &str) -> common_serve::Response {
+    http(
+        &serve.addr(),
+        "GET",
+        &format!("/xrpc/{path}"),
+        &[("authorization", &format!("Bearer {token}"))],
+        b"",
+    )
+}
+
 /// Asks for a reply the way any client can: a `pending` reply record
 /// (clear metadata only, nothing sealed).
 fn ask(serve: &Serve, token: &str, chat: &str, message: &str) -> String {
@@ -297,8 +312,10 @@ fn the_assistant_runs_streams_and_answers_approvals() {
     let missing = subscribe(&serve, &token, "3lbqzdw5pzk22.r0", None);
     assert_eq!(kinds(&missing), ["ReplyNotFound"]);
 
-    // The approval is listed with its calls (the server can open them).
-    let approvals = get(&serve, "chat.gel.assistant.listApprovals").json();
+    // The approval is listed with its calls (the server can open them),
+    // to the account's clients only.
+    assert_eq!(get(&serve, "chat.gel.assistant.listApprovals").status, 401);
+    let approvals = get_auth(&serve, &token, "chat.gel.assistant.listApprovals").json();
     assert_eq!(approvals["replies"].as_array().unwrap().len(), 1);
     assert_eq!(
         approvals["replies"][0]["calls"],
@@ -347,7 +364,7 @@ fn the_assistant_runs_streams_and_answers_approvals() {
         (Some("toolu_11"), Some("approved"), Some("succeeded"))
     );
     assert_eq!(status_of(&serve, &next), "complete");
-    let approvals = get(&serve, "chat.gel.assistant.listApprovals").json();
+    let approvals = get_auth(&serve, &token, "chat.gel.assistant.listApprovals").json();
     assert_eq!(approvals["replies"], json!([]));
     // Nothing sealed is stored in the clear.
     let car = get(
@@ -393,7 +410,10 @@ fn a_failing_command_fails_the_reply_and_keeps_what_it_made() {
         &data,
         &["chat", "send", "--chat", &chat, "STREAM:garbage"],
     ));
-    let serve = start(&data);
+    let send = |text: &str| first_line(&gel_ok(&data, &["chat", "send", "--chat", &chat, text]));
+    let linger = send("STREAM:linger");
+    let hang = send("STREAM:hang");
+    let serve = start_with(&data, &["--assistant-idle-secs", "2"]);
     let token = serve.access_token();
 
     let reply = ask(&serve, &token, &chat, &crash);
@@ -409,6 +429,23 @@ fn a_failing_command_fails_the_reply_and_keeps_what_it_made() {
     let frames = subscribe(&serve, &token, &reply, None);
     assert_eq!(kinds(&frames), ["#error", "#done"], "{frames:?}");
     assert_eq!(status_of(&serve, &reply), "failed");
+
+    // A command that ends its run but stays alive is stopped: the reply
+    // completes at its end line, not when the command exits.
+    let reply = ask(&serve, &token, &chat, &linger);
+    let frames = subscribe(&serve, &token, &reply, None);
+    assert_eq!(kinds(&frames), fixture_kinds("plain_text_small_deltas"));
+    assert_eq!(status_of(&serve, &reply), "complete");
+    // One that goes quiet is cut after --assistant-idle-secs: interrupted,
+    // what it made kept.
+    let reply = ask(&serve, &token, &chat, &hang);
+    let frames = subscribe(&serve, &token, &reply, None);
+    assert_eq!(
+        kinds(&frames),
+        ["#textDelta", "#message", "#error", "#done"],
+        "{frames:?}"
+    );
+    assert_eq!(status_of(&serve, &reply), "interrupted");
 
     // Without a token the plaintext stream is refused before the upgrade.
     let r = get(

@@ -268,6 +268,11 @@ impl Reply {
         Ok((reply, events))
     }
 
+    /// The model that answers, once the run named it.
+    pub fn model(&self) -> Option<&ModelRef> {
+        self.model.as_ref()
+    }
+
     pub fn key(&self) -> ReplyKey {
         self.key
     }

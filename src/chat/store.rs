@@ -345,7 +345,7 @@ impl ChatStore {
             })],
             extra: Default::default(),
         };
-        self.write_user(chat, content, parent, attempt)
+        self.write_user(chat, content, parent, attempt, false)
     }
 
     fn write_user(
@@ -354,6 +354,7 @@ impl ChatStore {
         content: PlainContent,
         parent: Option<ReplyKey>,
         attempt: Attempt,
+        ask: bool,
     ) -> Result<Tid> {
         self.chat(chat)?;
         if let Some(p) = parent {
@@ -375,7 +376,18 @@ impl ChatStore {
         content
             .validate()
             .map_err(|e| invalid("message content", e))?;
-        self.device.apply_sealed(
+        // Asked for, the pending reply lands in the same commit.
+        let mut clear = Vec::new();
+        if ask {
+            let reply = ReplyKey::new(key, attempt);
+            let pending = pending_reply(record.chat.clone(), Self::now()?);
+            clear.push(Write::create(
+                MESSAGE,
+                reply.to_string(),
+                to_json("reply", &pending)?,
+            ));
+        }
+        self.device.apply_sealed_with(
             &[SealedWrite {
                 collection: MESSAGE.into(),
                 rkey: key.to_string(),
@@ -385,6 +397,7 @@ impl ChatStore {
                 update: false,
                 swap: None,
             }],
+            &clear,
             &mut os_rng(),
         )?;
         // A user message continuing from a waiting reply answers it.
@@ -807,6 +820,22 @@ impl ChatStore {
     /// Refusals are [`ChatStoreError::Approval`] (`pending_resolved`,
     /// `pending_unknown`, `pending_superseded`, …). Returns the answer's key.
     pub fn approve(&mut self, reply: &str, decisions: &[ToolApprovalPart]) -> Result<Tid> {
+        self.answer(reply, decisions, false)
+    }
+
+    /// [`ChatStore::approve`], and the pending reply to the answer in the
+    /// same commit (for a host that generates it): both or neither.
+    pub fn approve_and_ask(
+        &mut self,
+        reply: &str,
+        decisions: &[ToolApprovalPart],
+    ) -> Result<(Tid, PendingReply)> {
+        let answer = self.answer(reply, decisions, true)?;
+        let pending = self.pending_reply(&ReplyKey::first(answer))?;
+        Ok((answer, pending))
+    }
+
+    fn answer(&mut self, reply: &str, decisions: &[ToolApprovalPart], ask: bool) -> Result<Tid> {
         let key = ReplyKey::parse(reply).map_err(|e| {
             ApprovalError::PendingUnknown(format!("{reply:?} is not a reply key: {e}"))
         })?;
@@ -826,6 +855,7 @@ impl ChatStore {
             resolution.answer_content(),
             Some(key),
             Attempt::FIRST,
+            ask,
         )?;
         Ok(answer)
     }
@@ -1074,6 +1104,11 @@ impl LineRun {
         if self.reply.failure().is_some() {
             self.stopped = true;
         }
+    }
+
+    /// The model that answers, once the run named it.
+    pub fn model(&self) -> Option<&ModelRef> {
+        self.reply.model()
     }
 
     /// Whether the run took its end (`done`, `error`, `abort`).

@@ -43,6 +43,13 @@ pub struct ServeArgs {
         requires = "assistant"
     )]
     approve_tools: Vec<String>,
+    /// With --assistant: how many model commands run at once.
+    #[arg(long, value_name = "N", default_value_t = server::AssistantOptions::DEFAULT_JOBS)]
+    assistant_jobs: usize,
+    /// With --assistant: a command silent this many seconds is cut (the
+    /// reply is kept as interrupted).
+    #[arg(long, value_name = "SECS", default_value_t = server::AssistantOptions::DEFAULT_IDLE.as_secs())]
+    assistant_idle_secs: u64,
     /// The largest blob upload, in bytes.
     #[arg(long, default_value_t = Limits::default().blob)]
     max_blob_bytes: usize,
@@ -60,6 +67,8 @@ pub fn run(data: &Path, args: ServeArgs) -> Outcome {
         assistant: args.assistant.map(|command| server::AssistantOptions {
             command,
             approve_tools: args.approve_tools,
+            jobs: args.assistant_jobs,
+            idle: std::time::Duration::from_secs(args.assistant_idle_secs),
         }),
         password: args
             .password

@@ -34,43 +34,55 @@ pub fn run(server: &Running, cmd: &RepoCommand) -> Option<Outcome> {
     Some(finish(result))
 }
 
+/// How long one call to the server may take (a whole `getRepo` included).
+const CALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
 /// A GET of `/xrpc/{nsid}?{query}`: the body, or the XRPC error as a
 /// failure.
 fn call(server: &Running, nsid: &str, query: &[(&str, &str)]) -> Result<Vec<u8>> {
+    thread_local! {
+        // One runtime and connection pool per command, not per call.
+        static CLIENT: Option<(tokio::runtime::Runtime, reqwest::Client)> = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .ok()
+            .zip(reqwest::Client::builder().timeout(CALL_TIMEOUT).build().ok());
+    }
     let url = reqwest::Url::parse_with_params(&format!("{}/xrpc/{nsid}", server.url), query)
         .map_err(|e| Failure::env(format!("{}: {e}", server.url)))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::env(e.to_string()))?;
-    runtime.block_on(async {
-        let response = reqwest::get(url)
-            .await
-            .map_err(|e| Failure::env(format!("cannot reach the server at {}: {e}", server.url)))?;
-        let status = response.status();
-        let body = response
-            .bytes()
-            .await
-            .map_err(|e| Failure::env(format!("reading from {}: {e}", server.url)))?;
-        if status.is_success() {
-            return Ok(body.to_vec());
-        }
-        let error: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-        let message = format!(
-            "{nsid}: {} {}",
-            error["error"].as_str().unwrap_or(status.as_str()),
-            error["message"].as_str().unwrap_or("")
-        );
-        // A missing record is the caller's input; anything else is the
-        // environment (the server, the network).
-        if matches!(
-            error["error"].as_str(),
-            Some("RecordNotFound" | "InvalidRequest")
-        ) {
-            Err(Failure::input(message))
-        } else {
-            Err(Failure::env(message))
-        }
+    CLIENT.with(|c| {
+        let (runtime, client) = c
+            .as_ref()
+            .ok_or_else(|| Failure::env("cannot start an HTTP client"))?;
+        runtime.block_on(async {
+            let response = client.get(url).send().await.map_err(|e| {
+                Failure::env(format!("cannot reach the server at {}: {e}", server.url))
+            })?;
+            let status = response.status();
+            let body = response
+                .bytes()
+                .await
+                .map_err(|e| Failure::env(format!("reading from {}: {e}", server.url)))?;
+            if status.is_success() {
+                return Ok(body.to_vec());
+            }
+            let error: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let message = format!(
+                "{nsid}: {} {}",
+                error["error"].as_str().unwrap_or(status.as_str()),
+                error["message"].as_str().unwrap_or("")
+            );
+            // A missing record is the caller's input; anything else is the
+            // environment (the server, the network).
+            if matches!(
+                error["error"].as_str(),
+                Some("RecordNotFound" | "InvalidRequest")
+            ) {
+                Err(Failure::input(message))
+            } else {
+                Err(Failure::env(message))
+            }
+        })
     })
 }
 

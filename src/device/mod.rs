@@ -424,6 +424,17 @@ impl Device {
         items: &[SealedWrite],
         rng: &mut impl CryptoRng,
     ) -> Result<CommitInfo, DeviceError> {
+        self.apply_sealed_with(items, &[], rng)
+    }
+
+    /// [`Device::apply_sealed`] with clear writes in the same commit (a
+    /// pending reply beside the message it answers).
+    pub fn apply_sealed_with(
+        &mut self,
+        items: &[SealedWrite],
+        clear: &[Write],
+        rng: &mut impl CryptoRng,
+    ) -> Result<CommitInfo, DeviceError> {
         self.writable()?;
         let mut keyring = self.keyring.clone();
         let mut wraps = Vec::new();
@@ -464,6 +475,7 @@ impl Device {
         }
         let mut all = wrap_writes(&wraps, &mut TidClock::new())?;
         all.extend(writes);
+        all.extend_from_slice(clear);
         self.commit(keyring, &all, wraps)
     }
 

@@ -221,9 +221,9 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         options.limits,
         assistant.clone(),
     );
-    if let Some(assistant) = assistant {
-        tokio::spawn(assistant::watch(state.clone(), assistant));
-    }
+    let watcher = assistant
+        .clone()
+        .map(|a| tokio::spawn(assistant::watch(state.clone(), a)));
 
     let app = Router::new()
         .route(
@@ -260,7 +260,16 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         })
         .await;
     // The store closes before the marker goes, so a command that starts
-    // when the marker is gone does not meet sled's lock.
+    // when the marker is gone does not meet sled's lock: the assistant's
+    // watcher and runs (which hold the state) end first.
+    stopping_done(&state);
+    if let Some(watcher) = watcher {
+        let _ = watcher.await;
+    }
+    if let Some(assistant) = &assistant {
+        assistant.stop().await;
+    }
+    drop(assistant);
     drop(state);
     drop(marker);
     served?;
@@ -323,6 +332,12 @@ async fn open_chats(data: &std::path::Path, repo: Repository) -> Result<ChatStor
     })
     .await
     .map_err(std::io::Error::other)?
+}
+
+/// Marks the server stopping (also when serving failed rather than being
+/// asked to stop), so every long-lived task ends.
+fn stopping_done(state: &AppState) {
+    state.stopping.send_replace(true);
 }
 
 /// Whether the data folder already holds a repository (its DID is then

@@ -180,7 +180,8 @@ async fn dispatch(
     routes::call(&state, &nsid, request).await
 }
 
-fn parse_query(query: &str) -> Result<Vec<(String, String)>, XrpcError> {
+/// The query string's pairs, percent-decoded, in order.
+pub fn parse_query(query: &str) -> Result<Vec<(String, String)>, XrpcError> {
     let mut out = Vec::new();
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));

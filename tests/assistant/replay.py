@@ -11,12 +11,14 @@ lines in the format of fixtures/streams/README.md.
 - Otherwise it replays the fixture the user's last message names as
   `STREAM:<case>` (default plain_text_small_deltas). `STREAM:exit-1` exits
   with status 1 after one delta, `STREAM:garbage` prints a line that is not
-  JSON.
+  JSON, `STREAM:hang` goes quiet after one delta (without closing its
+  output), `STREAM:linger` replays a whole run and then stays alive.
 """
 
 import json
 import os
 import sys
+import time
 
 STREAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fixtures", "streams")
 
@@ -46,6 +48,17 @@ def main():
         return 1
     if case == "garbage":
         print("this is not JSON")
+        return 0
+    if case == "hang":
+        print(json.dumps({"type": "text_start", "contentIndex": 0}))
+        print(json.dumps({"type": "text_delta", "contentIndex": 0, "delta": "Thinking"}))
+        sys.stdout.flush()
+        time.sleep(600)
+        return 0
+    if case == "linger":
+        replay("plain_text_small_deltas")
+        sys.stdout.flush()
+        time.sleep(600)
         return 0
     replay(case)
     return 0

@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use crate::chat::AssistantEvent;
 use crate::lexicon::chat::gel::assistant::defs::ModelRef;
 use crate::model::encode_dag_cbor;
+use crate::repo::events::error_frame;
 
 /// `event` as a binary `subscribeReply` message with sequence number
 /// `seq`: the header `{op: 1, t: "#name"}` then the body (the event
@@ -30,15 +31,23 @@ pub fn event_frame(event: &AssistantEvent, seq: u64, model: Option<&ModelRef>) -
         ]
         .into(),
     );
-    // The generated types always convert (strings, integers, maps; `args`
-    // was checked to be a lexicon `unknown` by `to_frame`).
-    let mut body = ipld_core::serde::to_ipld(&message).unwrap_or(Ipld::Null);
-    if let Ipld::Map(m) = &mut body {
-        m.remove("$type");
-    }
-    let mut out = encode_dag_cbor(&header).unwrap_or_default();
-    out.extend(encode_dag_cbor(&body).unwrap_or_default());
-    out
+    let encoded = ipld_core::serde::to_ipld(&message)
+        .map_err(|e| e.to_string())
+        .and_then(|mut body| {
+            if let Ipld::Map(m) = &mut body {
+                m.remove("$type");
+            }
+            let mut out = encode_dag_cbor(&header).map_err(|e| e.to_string())?;
+            out.extend(encode_dag_cbor(&body).map_err(|e| e.to_string())?);
+            Ok(out)
+        });
+    // The generated types convert (strings, integers, maps; `args` was
+    // checked to be a lexicon `unknown` by `to_frame`); should one not,
+    // the subscriber gets an error frame instead of undecodable bytes.
+    encoded.unwrap_or_else(|e| {
+        tracing::error!("subscribeReply: event {seq} does not encode: {e}");
+        error_frame("InternalServerError", "an event could not be encoded")
+    })
 }
 
 /// A run's frames so far, and whether it ended.
@@ -53,6 +62,8 @@ pub struct RunLog {
 struct Inner {
     /// Frame of seq `i + 1` at index `i`.
     frames: Vec<Vec<u8>>,
+    /// Their total size.
+    bytes: usize,
     ended: bool,
 }
 
@@ -84,8 +95,16 @@ impl RunLog {
 
     /// Appends a frame made for seq [`RunLog::next_seq`].
     pub fn push(&self, frame: Vec<u8>) {
-        self.lock().frames.push(frame);
+        let mut inner = self.lock();
+        inner.bytes += frame.len();
+        inner.frames.push(frame);
+        drop(inner);
         self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// The frames' total size.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
     }
 
     /// Marks the run ended: subscribers finish after the last frame.

@@ -17,10 +17,11 @@
 //!   `fixtures/streams/README.md` on stdout (seed 002 events plus
 //!   `model`/`turn_end`/`tool_result`/`done`/`error` lines). Any provider
 //!   fits behind it; the tests use recorded streams.
-//! - **streams each run** (`log.rs`): events are framed as
-//!   `subscribeReply` messages with seqs from 1 and kept until the server
-//!   stops; the finished reply is sealed and written once, swapped on the
-//!   pending version's CID, before the last events go out.
+//! - **streams each run** (`log.rs`, `subscribe.rs`): events are framed
+//!   as `subscribeReply` messages with seqs from 1 and kept for late
+//!   subscribers (the last 256 runs, at most 64 MiB); the finished reply
+//!   is sealed and written once, swapped on the pending version's CID,
+//!   before the last events go out.
 //!
 //! Claims are in memory: one server per folder (`serve.json`), so one
 //! runner per reply; another device racing to fill the same reply loses
@@ -30,10 +31,12 @@ mod log;
 mod run;
 mod subscribe;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinSet;
 
 pub use self::log::RunLog;
 pub use self::subscribe::subscribe_reply;
@@ -41,6 +44,8 @@ use super::error::XrpcError;
 use super::state::{AppState, Core};
 use crate::chat::store::MESSAGE;
 use crate::chat::{ApprovalPolicy, AskFor, NoApproval, ReplyKey};
+use crate::device::records::DEVICE_COLLECTION as DEVICE;
+use crate::lexicon::chat::gel::assistant::key_wrap::NSID as KEY_WRAP;
 use crate::repo::events::{Frame, OpAction, decode_frame};
 use crate::repo::repository::RepoError;
 
@@ -51,12 +56,28 @@ pub struct AssistantOptions {
     pub command: String,
     /// Tools whose calls wait for the user's approval.
     pub approve_tools: Vec<String>,
+    /// How many commands run at once (more requests wait their turn).
+    pub jobs: usize,
+    /// A command silent this long (no line) is cut.
+    pub idle: Duration,
+}
+
+impl AssistantOptions {
+    /// Commands at once by default.
+    pub const DEFAULT_JOBS: usize = 2;
+    /// The default silence before a cut.
+    pub const DEFAULT_IDLE: Duration = Duration::from_secs(300);
 }
 
 /// The running assistant: its command, policy and the runs it made.
 pub struct Assistant {
     command: String,
     policy: Arc<dyn ApprovalPolicy + Send + Sync>,
+    jobs: Arc<Semaphore>,
+    idle: Duration,
+    /// The run tasks: aborted and awaited at shutdown (each kills its
+    /// command), so the store closes before `serve.json` goes.
+    tasks: Mutex<JoinSet<()>>,
     runs: Mutex<Runs>,
     /// Bumped when a run is claimed: wakes subscribers waiting on a
     /// pending reply.
@@ -71,15 +92,21 @@ impl std::fmt::Debug for Assistant {
     }
 }
 
-/// Finished runs kept in memory for late subscribers; older ones are
-/// replayed from their records.
+/// Finished runs kept in memory for late subscribers (at most this many,
+/// and at most [`KEPT_BYTES`] of frames); older ones are replayed from
+/// their records.
 const KEPT_RUNS: usize = 256;
+/// See [`KEPT_RUNS`].
+const KEPT_BYTES: usize = 64 * 1024 * 1024;
 
-/// The runs by reply key, and the finished ones oldest first.
+/// The runs by reply key, the finished ones oldest first, and the replies
+/// given up because they did not open here (retried when key wraps come).
 #[derive(Default)]
 struct Runs {
     by_reply: HashMap<String, Arc<RunLog>>,
     finished: VecDeque<String>,
+    finished_bytes: usize,
+    deferred: HashSet<String>,
 }
 
 impl Assistant {
@@ -93,6 +120,9 @@ impl Assistant {
         Assistant {
             command: options.command,
             policy,
+            jobs: Arc::new(Semaphore::new(options.jobs.max(1))),
+            idle: options.idle,
+            tasks: Mutex::new(JoinSet::new()),
             runs: Mutex::new(Runs::default()),
             claimed: watch::channel(0).0,
         }
@@ -121,11 +151,31 @@ impl Assistant {
         Some(log)
     }
 
-    /// Gives up a claim that never started (the reply could not be read
-    /// here): subscribers fall back to the record.
+    /// Gives up a claim (the reply could not be read here, or was not
+    /// written): subscribers fall back to the record, and the reply is
+    /// looked at again when new key wraps arrive.
     fn release(&self, reply: &str) {
-        self.lock().by_reply.remove(reply);
+        let mut runs = self.lock();
+        runs.by_reply.remove(reply);
+        runs.deferred.insert(reply.to_owned());
+        drop(runs);
         self.claimed.send_modify(|n| *n += 1);
+    }
+
+    /// Starts a run task.
+    fn spawn(&self, run: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut tasks = self.tasks.lock().unwrap_or_else(|e| e.into_inner());
+        // Reap the finished ones so the set stays small.
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(run);
+    }
+
+    /// Stops every run (their commands are killed; the replies stay
+    /// pending and run again at the next start) and waits for them.
+    pub async fn stop(&self) {
+        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(|e| e.into_inner()));
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
     }
 
     /// Records that the run of `reply` ended; forgets the oldest finished
@@ -133,10 +183,15 @@ impl Assistant {
     /// server).
     fn finished(&self, reply: &str) {
         let mut runs = self.lock();
+        let bytes = runs.by_reply.get(reply).map_or(0, |l| l.bytes());
         runs.finished.push_back(reply.to_owned());
-        while runs.finished.len() > KEPT_RUNS {
-            if let Some(old) = runs.finished.pop_front() {
-                runs.by_reply.remove(&old);
+        runs.finished_bytes += bytes;
+        while runs.finished.len() > KEPT_RUNS || runs.finished_bytes > KEPT_BYTES {
+            let Some(old) = runs.finished.pop_front() else {
+                break;
+            };
+            if let Some(log) = runs.by_reply.remove(&old) {
+                runs.finished_bytes = runs.finished_bytes.saturating_sub(log.bytes());
             }
         }
     }
@@ -152,22 +207,30 @@ pub async fn watch(state: Arc<AppState>, assistant: Arc<Assistant>) {
     let mut commits = state.commits.subscribe();
     let mut stopping = state.stopping.subscribe();
     commits.borrow_and_update();
-    // `None`: scan every reply (at start); then follow the event log.
+    // `None`: scan every reply (at start, or after a failed read); then
+    // follow the event log.
     let mut cursor: Option<u64> = None;
     loop {
+        let deferred: Vec<String> = assistant.lock().deferred.iter().cloned().collect();
         match state
-            .with_core(move |core| pending_replies(core, cursor))
+            .with_core(move |core| pending_replies(core, cursor, deferred))
             .await
         {
-            Ok((found, last)) => {
-                cursor = Some(last);
-                for key in found {
+            Ok(found) => {
+                cursor = Some(found.last);
+                if found.retried {
+                    assistant.lock().deferred.clear();
+                }
+                for key in found.pending {
                     if let Some(log) = assistant.claim(&key.to_string()) {
-                        tokio::spawn(run::run_reply(state.clone(), assistant.clone(), key, log));
+                        assistant.spawn(run::run_reply(state.clone(), assistant.clone(), key, log));
                     }
                 }
             }
-            Err(e) => tracing::error!("assistant: looking for pending replies: {}", e.message),
+            Err(e) => {
+                tracing::error!("assistant: looking for pending replies: {}", e.message);
+                cursor = None;
+            }
         }
         tokio::select! {
             changed = commits.changed() => {
@@ -181,17 +244,29 @@ pub async fn watch(state: Arc<AppState>, assistant: Arc<Assistant>) {
     }
 }
 
+/// What one look at the repository found.
+struct Found {
+    /// Pending replies to run.
+    pending: Vec<ReplyKey>,
+    /// The last event seq now.
+    last: u64,
+    /// Whether the deferred replies were looked at again.
+    retried: bool,
+}
+
 /// The pending replies among the records written after event `cursor`
-/// (every one when `None`, or when the events were pruned), and the last
-/// event seq now.
+/// (every one when `None`, or when the events were pruned), and the
+/// `deferred` ones again if key wraps or devices changed.
 fn pending_replies(
     core: &mut Core,
     cursor: Option<u64>,
-) -> Result<(Vec<ReplyKey>, u64), XrpcError> {
+    deferred: Vec<String>,
+) -> Result<Found, XrpcError> {
     let repo = core.repo();
     let last = repo.last_event_seq()?.unwrap_or(0);
     let mut keys = Vec::new();
     let mut full_scan = cursor.is_none();
+    let mut keys_changed = false;
     if let Some(c) = cursor {
         for event in repo.events_since(Some(c))? {
             let event = match event {
@@ -206,6 +281,7 @@ fn pending_replies(
                 continue;
             };
             for op in &commit.ops {
+                keys_changed |= op.path.starts_with(KEY_WRAP) || op.path.starts_with(DEVICE);
                 if op.action != OpAction::Delete
                     && let Some(rkey) = op
                         .path
@@ -224,7 +300,11 @@ fn pending_replies(
             keys.push(path[MESSAGE.len() + 1..].to_owned());
         }
     }
-    let mut out = Vec::new();
+    let retried = (keys_changed || full_scan) && !deferred.is_empty();
+    if retried {
+        keys.extend(deferred);
+    }
+    let mut pending = Vec::new();
     for rkey in keys {
         let Ok(key) = ReplyKey::parse(&rkey) else {
             continue;
@@ -234,8 +314,12 @@ fn pending_replies(
         };
         let field = |name: &str| entry.value.get(name).and_then(|v| v.as_str());
         if field("role") == Some("assistant") && field("status") == Some("pending") {
-            out.push(key);
+            pending.push(key);
         }
     }
-    Ok((out, last))
+    Ok(Found {
+        pending,
+        last,
+        retried,
+    })
 }

@@ -3,26 +3,34 @@
 //! 1. Under the repository lock: the pending reply, the branch of the chat
 //!    it answers (opened), and, for the reply to an approval answer, the
 //!    answer's decisions. A reply whose user message this device cannot
-//!    open is left alone (another device may run it).
-//! 2. Without the lock: `sh -c CMD` with the request as JSON on stdin:
-//!    `{"reply", "messages": [{key, role, status, content}…], "request",
-//!    "approved": [{callId, name, arguments}…]}`. For a reply to an answer
-//!    the command first prints one `tool_result` line per approved call
-//!    (it runs the tools), then the model's run. Each stdout line goes
-//!    through `LineRun`; each event is framed into the run log at once.
+//!    open is deferred (retried when new key wraps arrive).
+//! 2. Without the lock, holding one of the `--assistant-jobs` permits:
+//!    `sh -c CMD` in its own process group, with the request as JSON on
+//!    stdin: `{"reply", "messages": [{key, role, status, content}…],
+//!    "request", "approved": [{callId, name, arguments}…]}`. For a reply to
+//!    an answer the command first prints one `tool_result` line per
+//!    approved call (it runs the tools), then the model's run. Each stdout
+//!    line goes through `LineRun`; each event is framed into the run log at
+//!    once. The run ends at its end line (the command is then stopped), at
+//!    a refused line, at EOF, or after `idle` without a line (a cut).
 //! 3. Under the lock again: the reply written once (sealed, swapped on the
-//!    pending CID); then the last events go out and the log ends, so a
-//!    subscriber that sees `done` finds the record finished.
+//!    pending CID). Only then do the last events go out, so a subscriber
+//!    that sees `done` finds the record finished. If the write fails, a
+//!    `failed` reply without content is written instead (content over the
+//!    sealed size limit, say) and the subscribers get `error` + `done`; if
+//!    another writer filled the reply first, the run is dropped and
+//!    subscribers are told `assistant_run_conflict`.
 //!
 //! A command that cannot start, exits non-zero before the end, or prints a
 //! line over [`MAX_LINE`] bytes or not UTF-8 fails the reply (kept, with
-//! what was generated); one that stops printing without an end is a cut
-//! (`interrupted`). The reply never stays `pending` because of the
-//! command. Its stderr goes to the server's.
+//! what was generated); one that ends or goes quiet without an end is a
+//! cut (`interrupted`). Its stderr goes to the server's; the server's
+//! password variable is not passed on.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
@@ -31,8 +39,10 @@ use super::Assistant;
 use super::log::{RunLog, event_frame};
 use crate::chat::approval::{Decision, Resolution};
 use crate::chat::store::{LineRun, PendingReply, begin_reply, settle_answer};
-use crate::chat::{AssistantEvent, ChatStoreError, ReplyKey, StreamLine, ToolRun};
+use crate::chat::{AssistantEvent, ChatStoreError, FinishedReply, ReplyKey, StreamLine, ToolRun};
 use crate::lexicon::chat::gel::assistant::defs::ModelRef;
+use crate::lexicon::chat::gel::assistant::message::{MessageStatus, MessageStopReason};
+use crate::lexicon::chat::gel::assistant::subscribe_reply::{DoneReason, ErrorCode};
 use crate::server::state::AppState;
 
 /// The longest stdout line taken from the command, in bytes (a text part
@@ -52,6 +62,10 @@ pub(super) async fn run_reply(
     key: ReplyKey,
     log: Arc<RunLog>,
 ) {
+    // One permit per running command: a burst of requests queues here.
+    let Ok(_permit) = assistant.jobs.clone().acquire_owned().await else {
+        return;
+    };
     let prepared = state
         .with_core(move |core| {
             let Some(chats) = core.chats()? else {
@@ -77,30 +91,107 @@ pub(super) async fn run_reply(
             return;
         }
     };
-    let mut out = Publisher { log, model: None };
-    let (finished, end_events) = generate(&assistant, &prepared, &mut out).await;
+    let mut out = Publisher { log };
+    let (finished, end_events, model) = generate(&assistant, &prepared, &mut out).await;
     let pending = prepared.pending;
-    let written = state
-        .with_core(move |core| {
-            let Some(chats) = core.chats()? else {
-                return Ok(Err("the server holds no chat key".to_owned()));
-            };
-            Ok(chats
-                .finish_reply(&pending, &finished)
-                .map(|_| ())
-                .map_err(|e| e.to_string()))
-        })
-        .await;
-    match written {
-        Ok(Ok(())) => {}
-        Ok(Err(reason)) => tracing::warn!("assistant: reply {key} not written: {reason}"),
-        Err(e) => tracing::error!("assistant: reply {key} not written: {}", e.message),
-    }
-    for e in &end_events {
-        out.publish(e);
+    match write(&state, pending, finished).await {
+        Written::Done => {
+            for e in &end_events {
+                out.publish(e, model.as_ref());
+            }
+        }
+        Written::Instead(reason) => {
+            tracing::warn!("assistant: reply {key} written as failed: {reason}");
+            out.publish(&internal_error(&reason), model.as_ref());
+            out.publish(
+                &AssistantEvent::Done {
+                    reason: DoneReason::Interrupted,
+                },
+                None,
+            );
+        }
+        Written::Lost => {
+            out.publish(
+                &AssistantEvent::Error {
+                    code: ErrorCode::AssistantRunConflict,
+                    message: Some("another writer filled this reply first".into()),
+                },
+                None,
+            );
+            out.publish(
+                &AssistantEvent::Done {
+                    reason: DoneReason::Interrupted,
+                },
+                None,
+            );
+            out.log.end();
+            // Later subscribers get the record the winner wrote.
+            assistant.release(&key.to_string());
+            return;
+        }
+        Written::Not(reason) => {
+            tracing::error!("assistant: reply {key} not written: {reason}");
+            out.publish(&internal_error(&reason), None);
+            out.publish(
+                &AssistantEvent::Done {
+                    reason: DoneReason::Interrupted,
+                },
+                None,
+            );
+            out.log.end();
+            // Still pending: run again at the next start.
+            assistant.release(&key.to_string());
+            return;
+        }
     }
     out.log.end();
     assistant.finished(&key.to_string());
+}
+
+fn internal_error(reason: &str) -> AssistantEvent {
+    AssistantEvent::Error {
+        code: ErrorCode::Internal,
+        message: Some(crate::chat::approval::truncate_words(reason, 1000)),
+    }
+}
+
+/// How writing the finished reply went.
+enum Written {
+    /// As generated.
+    Done,
+    /// It could not be written as generated (why): a `failed` reply
+    /// without content was written instead.
+    Instead(String),
+    /// Another writer filled it first.
+    Lost,
+    /// Nothing could be written (why): it is still pending.
+    Not(String),
+}
+
+async fn write(state: &Arc<AppState>, pending: PendingReply, finished: FinishedReply) -> Written {
+    let written = state
+        .with_core(move |core| {
+            let Some(chats) = core.chats()? else {
+                return Ok(Written::Not("the server holds no chat key".into()));
+            };
+            let first = match chats.finish_reply(&pending, &finished) {
+                Ok(_) => return Ok(Written::Done),
+                Err(ChatStoreError::ReplyAlreadyFinished { .. }) => return Ok(Written::Lost),
+                Err(e) => e.to_string(),
+            };
+            let mut failed = finished;
+            failed.status = MessageStatus::Failed;
+            failed.stop_reason = Some(MessageStopReason::Error);
+            failed.content.parts.clear();
+            failed.waiting.clear();
+            Ok(match chats.finish_reply(&pending, &failed) {
+                Ok(_) => Written::Instead(first),
+                Err(ChatStoreError::ReplyAlreadyFinished { .. }) => Written::Lost,
+                Err(e) => Written::Not(format!("{first}; then: {e}")),
+            })
+        })
+        .await;
+    written.unwrap_or_else(|e| Written::Not(e.message))
 }
 
 /// The pending reply and the request for the command; `None` if `key` is
@@ -161,49 +252,69 @@ fn prepare(
     }))
 }
 
-/// Frames events into the run log.
+/// Frames events into the run log (the run is its only writer, so the
+/// seq read and the push cannot interleave with another's).
 struct Publisher {
     log: Arc<RunLog>,
-    model: Option<ModelRef>,
 }
 
 impl Publisher {
-    fn publish(&mut self, event: &AssistantEvent) {
+    fn publish(&mut self, event: &AssistantEvent, model: Option<&ModelRef>) {
         let seq = self.log.next_seq();
-        self.log.push(event_frame(event, seq, self.model.as_ref()));
+        self.log.push(event_frame(event, seq, model));
+    }
+}
+
+/// Kills the command's whole process group when dropped (the run ended,
+/// was refused, or its task was aborted at shutdown): `sh -c` may have
+/// started a pipeline, and killing `sh` alone would leave it running.
+struct ProcessGroup(Option<u32>);
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        #[cfg(unix)]
+        if let Some(pgid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            // SAFETY: killpg only sends a signal; the group is the one the
+            // child leads (`process_group(0)`), and a group that is gone
+            // makes it fail with ESRCH, which is fine.
+            unsafe {
+                libc::killpg(pgid, libc::SIGKILL);
+            }
+        }
     }
 }
 
 /// Runs the command and feeds its output through the reply; returns the
-/// finished reply and the events its end makes (published after the
-/// write).
+/// finished reply, the events its end makes (published after the write)
+/// and the model that answered.
 async fn generate(
     assistant: &Assistant,
     prepared: &Prepared,
     out: &mut Publisher,
-) -> (crate::chat::FinishedReply, Vec<AssistantEvent>) {
+) -> (FinishedReply, Vec<AssistantEvent>, Option<ModelRef>) {
     let policy = assistant.policy.clone();
-    let mut child = match tokio::process::Command::new("sh")
+    let fail_now = |reason: &str| {
+        let f = failed_run(&prepared.pending, policy.clone(), reason).end();
+        (f.reply, f.events, None)
+    };
+    let mut command = tokio::process::Command::new("sh");
+    command
         .arg("-c")
         .arg(&assistant.command)
         .env("GELSTORE_REPLY", prepared.pending.key.to_string())
+        // The password `gelstore serve` may have been given (cli::sync::PASSWORD_ENV).
+        .env_remove("GELSTORE_PASSWORD")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .kill_on_drop(true)
-        .spawn()
-    {
+        .kill_on_drop(true);
+    #[cfg(unix)]
+    command.process_group(0);
+    let mut child = match command.spawn() {
         Ok(c) => c,
-        Err(e) => {
-            let run = failed_run(
-                &prepared.pending,
-                policy,
-                &format!("the assistant command did not start: {e}"),
-            );
-            let f = run.end();
-            return (f.reply, f.events);
-        }
+        Err(e) => return fail_now(&format!("the assistant command did not start: {e}")),
     };
+    let _group = ProcessGroup(child.id());
     if let Some(mut stdin) = child.stdin.take() {
         let body = prepared.request.to_string();
         // A command that does not read its input is fine: ignore the pipe
@@ -214,77 +325,62 @@ async fn generate(
         });
     }
     let Some(stdout) = child.stdout.take() else {
-        let run = failed_run(
-            &prepared.pending,
-            policy,
-            "the assistant command has no stdout",
-        );
-        let f = run.end();
-        return (f.reply, f.events);
+        return fail_now("the assistant command has no stdout");
     };
     let mut lines = BufReader::new(stdout);
     let mut buf = Vec::new();
+    let idle = assistant.idle;
 
     // The approved calls' results come first (the command ran the tools).
     let settled = match &prepared.resolution {
         None => None,
-        Some(resolution) => match tool_results(resolution, &mut lines, &mut buf).await {
+        Some(resolution) => match tool_results(resolution, &mut lines, &mut buf, idle).await {
             Ok(runs) => match settle_answer(resolution, &runs) {
                 Ok(s) => Some(s),
-                Err(e) => {
-                    let run = failed_run(&prepared.pending, policy, &e.to_string());
-                    let f = run.end();
-                    return (f.reply, f.events);
-                }
+                Err(e) => return fail_now(&e.to_string()),
             },
-            Err(reason) => {
-                let run = failed_run(&prepared.pending, policy, &reason);
-                let f = run.end();
-                return (f.reply, f.events);
-            }
+            Err(reason) => return fail_now(&reason),
         },
     };
     let (mut run, first) = match begin_reply(&prepared.pending, policy.clone(), settled.as_deref())
     {
         Ok(r) => r,
-        Err(e) => {
-            let run = failed_run(&prepared.pending, policy, &e.to_string());
-            let f = run.end();
-            return (f.reply, f.events);
-        }
+        Err(e) => return fail_now(&e.to_string()),
     };
     for e in &first {
-        out.publish(e);
+        out.publish(e, None);
     }
     let mut events = Vec::new();
-    while !run.stopped() {
-        match read_line(&mut lines, &mut buf).await {
-            Ok(None) => break,
-            Ok(Some(Ok(line))) => {
-                if line.contains("\"model\"")
-                    && let Ok(StreamLine::Model(m)) = StreamLine::parse(&line)
-                {
-                    out.model = Some(m);
-                }
-                run.feed(&line, &mut events);
+    let mut eof = false;
+    while !run.stopped() && !run.ended() {
+        match tokio::time::timeout(idle, read_line(&mut lines, &mut buf)).await {
+            Err(_) => run.cut_by(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("no output for {} s", idle.as_secs()),
+            )),
+            Ok(Ok(None)) => {
+                eof = true;
+                break;
             }
-            Ok(Some(Err(reason))) => run.refuse(reason),
-            Err(e) => run.cut_by(e),
+            Ok(Ok(Some(Ok(line)))) => run.feed(&line, &mut events),
+            Ok(Ok(Some(Err(reason)))) => run.refuse(reason),
+            Ok(Err(e)) => run.cut_by(e),
         }
         for e in events.drain(..) {
-            out.publish(&e);
+            out.publish(&e, run.model());
         }
     }
-    // Stop a command that is still talking after the end or a refusal.
-    let status = if run.stopped() || run.ended() {
-        let _ = child.start_kill();
-        None
+    // At EOF without an end, the exit status tells a crash from a cut.
+    let status = if eof && !run.ended() {
+        tokio::time::timeout(EXIT_WAIT, child.wait())
+            .await
+            .ok()
+            .and_then(Result::ok)
     } else {
-        child.wait().await.ok()
+        None
     };
     if let Some(status) = status
         && !status.success()
-        && !run.ended()
     {
         let line = json!({
             "type": "error",
@@ -292,12 +388,16 @@ async fn generate(
         });
         run.feed(&line.to_string(), &mut events);
         for e in events.drain(..) {
-            out.publish(&e);
+            out.publish(&e, run.model());
         }
     }
+    let model = run.model().cloned();
     let f = run.end();
-    (f.reply, f.events)
+    (f.reply, f.events, model)
 }
+
+/// How long a command that closed its output may take to exit.
+const EXIT_WAIT: Duration = Duration::from_secs(5);
 
 /// A run that fails at once with a provider error `message`.
 fn failed_run(
@@ -316,6 +416,7 @@ async fn tool_results<R: AsyncBufRead + Unpin>(
     resolution: &Resolution,
     lines: &mut R,
     buf: &mut Vec<u8>,
+    idle: Duration,
 ) -> Result<BTreeMap<String, ToolRun>, String> {
     let mut want: Vec<&str> = resolution
         .calls
@@ -325,7 +426,10 @@ async fn tool_results<R: AsyncBufRead + Unpin>(
         .collect();
     let mut runs = BTreeMap::new();
     while !want.is_empty() {
-        let line = match read_line(lines, buf).await {
+        let read = tokio::time::timeout(idle, read_line(lines, buf))
+            .await
+            .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
+        let line = match read {
             Ok(Some(Ok(line))) => line,
             Ok(Some(Err(reason))) => return Err(reason),
             Ok(None) | Err(_) => {
@@ -374,6 +478,8 @@ async fn read_line<R: AsyncBufRead + Unpin>(
         return Ok(Some(Err(format!("a line over {MAX_LINE} bytes"))));
     }
     Ok(Some(
-        String::from_utf8(std::mem::take(buf)).map_err(|_| "a line that is not UTF-8".to_owned()),
+        std::str::from_utf8(buf)
+            .map(str::to_owned)
+            .map_err(|_| "a line that is not UTF-8".to_owned()),
     ))
 }

@@ -5,7 +5,9 @@
 //! - A run this server makes or made: its frames after `cursor` (none or
 //!   0: all), then live ones until the run ends.
 //! - A reply that ended elsewhere or before a restart: the events its
-//!   record implies (`chat::replay`), seqs from 1.
+//!   record implies (`chat::replay`), seqs from 1, all of them whatever
+//!   the cursor (a live run's seqs mean nothing in a replay; its `message`
+//!   events replace what a client showed, so nothing doubles).
 //! - A reply still `pending` that no run here has claimed: wait until one
 //!   is claimed or the record changes (another device filled it).
 //!
@@ -29,7 +31,6 @@ use crate::chat::store::MESSAGE;
 use crate::lexicon::chat::gel::assistant::defs::PlainContent;
 use crate::lexicon::chat::gel::assistant::message::Message as MessageRecord;
 use crate::repo::events::error_frame;
-use crate::server::auth::bearer;
 use crate::server::error::XrpcError;
 use crate::server::state::AppState;
 
@@ -69,26 +70,15 @@ fn open(
             .into();
         return Err(e);
     };
-    let claims = state
-        .tokens
-        .verify(bearer(headers)?, crate::server::auth::ACCESS_SCOPE)?;
-    if claims.sub != state.did {
-        return Err(XrpcError::invalid_token("Token is for another account"));
-    }
-    let mut reply = None;
-    let mut cursor = 0;
-    for pair in query.unwrap_or("").split('&') {
-        if let Some(v) = pair.strip_prefix("reply=") {
-            reply = Some(v);
-        } else if let Some(v) = pair.strip_prefix("cursor=")
-            && !v.is_empty()
-        {
-            cursor = v
-                .parse::<u64>()
-                .map_err(|_| XrpcError::invalid_request("cursor must be a non-negative integer"))?;
-        }
-    }
-    let reply = reply
+    crate::server::routes::require_access_in(state, headers)?;
+    let params = crate::server::xrpc::parse_query(query.unwrap_or(""))?;
+    let param = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let reply = param("reply")
         .ok_or_else(|| XrpcError::invalid_request("Params must have the property \"reply\""))?;
     if reply.len() > 512 {
         return Err(XrpcError::invalid_request(
@@ -97,6 +87,12 @@ fn open(
     }
     let reply =
         ReplyKey::parse(reply).map_err(|e| XrpcError::invalid_request(format!("reply: {e}")))?;
+    let cursor = match param("cursor").filter(|c| !c.is_empty()) {
+        None => 0,
+        Some(c) => c
+            .parse::<u64>()
+            .map_err(|_| XrpcError::invalid_request("cursor must be a non-negative integer"))?,
+    };
     Ok((assistant, reply, cursor))
 }
 
@@ -163,11 +159,11 @@ async fn stream(
                 )
                 .await;
             }
+            // A replay has its own, shorter seqs: a cursor from the live
+            // run means nothing in it, so all of it is sent (its
+            // `message` events replace what the client showed).
             Ok(Stored::Ended(frames)) => {
-                if cursor > frames.len() as u64 {
-                    return future_cursor(socket, cursor, frames.len() as u64).await;
-                }
-                for frame in frames.into_iter().skip(cursor as usize) {
+                for frame in frames {
                     socket.send(Message::Binary(frame.into())).await?;
                 }
                 return close_normally(socket).await;

@@ -12,8 +12,8 @@
 //! - `listApprovals`: the replies with status `waiting` that are the newest
 //!   attempt and not answered yet (no user message continues from them),
 //!   newest first. Their `calls` are sealed inside the reply's content:
-//!   listed with `--assistant`, empty on a keyless server (a client opens
-//!   the reply to show them).
+//!   listed with `--assistant` (then the call needs the access token),
+//!   empty on a keyless server (a client opens the reply to show them).
 //! - `answerApproval`: the checks that clear metadata allows (the reply
 //!   exists, is waiting, is the newest attempt, is not answered:
 //!   `PendingUnknown`, `PendingSuperseded`, `PendingResolved`). With
@@ -158,6 +158,12 @@ fn replies(all: Vec<Stored>) -> Replies {
 }
 
 pub async fn list_approvals(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    // With the assistant the calls are opened from sealed content: the
+    // account's own clients only. (Keyless, the list is clear metadata any
+    // listRecords shows.)
+    if state.assistant.is_some() {
+        require_access(state, &req)?;
+    }
     let chat = req.param("chat").map(str::to_owned);
     if let Some(c) = &chat {
         gelstore_codegen::syntax::check_record_key(c)
@@ -256,13 +262,13 @@ fn write_answer(
     reply: &str,
     decisions: &[ToolApprovalPart],
 ) -> Result<Value, XrpcError> {
-    let answer = chats.approve(reply, decisions).map_err(|e| match e {
-        ChatStoreError::Approval(a) => XrpcError::named(a.xrpc_error().as_str(), a.to_string()),
-        e => XrpcError::internal(e),
-    })?;
-    let pending = chats
-        .start_reply(answer, None)
-        .map_err(XrpcError::internal)?;
+    // One commit: the answer and the pending reply to it, or neither.
+    let (answer, pending) = chats
+        .approve_and_ask(reply, decisions)
+        .map_err(|e| match e {
+            ChatStoreError::Approval(a) => XrpcError::named(a.xrpc_error().as_str(), a.to_string()),
+            e => XrpcError::internal(e),
+        })?;
     let cid = chats
         .device()
         .repo()

@@ -7,6 +7,8 @@ mod repo;
 mod server;
 mod sync;
 
+pub use self::server::require_access_in;
+
 use std::sync::Arc;
 
 use axum::response::Response;

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use axum::http::HeaderMap;
+
 use axum::Json;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -79,7 +81,13 @@ pub fn get_session(state: &Arc<AppState>, req: Request) -> Result<Response, Xrpc
 
 /// Checks the request's access token; every write calls this first.
 pub fn require_access(state: &AppState, req: &Request) -> Result<(), XrpcError> {
-    let claims = state.tokens.verify(bearer(&req.headers)?, ACCESS_SCOPE)?;
+    require_access_in(state, &req.headers)
+}
+
+/// [`require_access`] for a request that is not an XRPC [`Request`] (a
+/// subscription's upgrade).
+pub fn require_access_in(state: &AppState, headers: &HeaderMap) -> Result<(), XrpcError> {
+    let claims = state.tokens.verify(bearer(headers)?, ACCESS_SCOPE)?;
     if claims.sub != state.did {
         return Err(XrpcError::invalid_token("Token is for another account"));
     }
