@@ -12,7 +12,7 @@ pub const NSID: &str = "chat.gel.assistant.subscribeReply";
 pub struct SubscribeReplyParams {
     /// Record key of the reply.
     pub reply: support::RecordKey,
-    /// The last seq the client saw; the events after it are sent again.
+    /// The last seq the client saw; the events after it are sent again. A reply the server no longer holds the run of is sent whole from its record, with its own seqs, whatever the cursor (its message events replace what the client showed).
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cursor: Option<i64>,
