@@ -1,6 +1,8 @@
 //! Repository store throughput on sled: building a 100,000-record repository
 //! (single-record commits, then batches of 200), one update at 100k
-//! records, CAR export, import + verification, and the size on disk.
+//! records, CAR export, one `listRecords` page of the 50 newest records
+//! (the reverse MST walk against the old walk from the collection's start),
+//! import + verification, and the size on disk.
 //!
 //! Run: `cargo bench --bench repo` (release profile). Each commit is signed
 //! and flushed to disk (fsync) before it returns, as in real use. Records
@@ -13,6 +15,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
+use gelstore::model::Cid;
+use gelstore::repo::blocks::{BlockSource, StoreError};
+use gelstore::repo::mst::Mst;
 use gelstore::repo::repository::{ImportOptions, Repository, Write, verify_car};
 use gelstore::repo::tid::Tid;
 use serde_json::{Value, json};
@@ -21,6 +26,9 @@ const COLL: &str = "chat.gel.assistant.message";
 const SINGLE: usize = 5_000;
 const BATCH: usize = 200;
 const UPDATES: usize = 300;
+/// A `listRecords` page (its default limit).
+const PAGE: usize = 50;
+const PAGE_RUNS: usize = 20;
 
 fn main() {
     let total: usize = std::env::var("GELSTORE_BENCH_RECORDS")
@@ -120,10 +128,13 @@ fn main() {
         t.as_secs_f64(),
         mb / t.as_secs_f64()
     );
+    // 6. One newest-first listRecords page.
+    newest_page(&repo, total);
+
     let head = repo.head();
     drop(repo);
 
-    // 6. Verify only, then import + verify into a fresh store.
+    // 7. Verify only, then import + verify into a fresh store.
     let started = Instant::now();
     let verified = verify_car(
         std::io::BufReader::new(std::fs::File::open(&car_path).unwrap()),
@@ -162,6 +173,112 @@ fn main() {
         report.nodes,
         started.elapsed().as_secs_f64()
     );
+}
+
+/// The 50 newest records' keys, as `listRecords` (reverse=false) takes
+/// them: the old way (walk the collection from its start, keep the last
+/// page) against the reverse MST walk, each on a cold tree (every node read
+/// from sled and checked; blocks read counted) and on the repository's warm
+/// tree (nodes already in memory). Median of `PAGE_RUNS` runs.
+fn newest_page(repo: &Repository, total: usize) {
+    let root = repo.mst().root();
+    let cold = |page: fn(&Mst<&Counting<'_>>) -> Vec<(String, Cid)>| {
+        let mut times = Vec::with_capacity(PAGE_RUNS);
+        let mut reads = 0;
+        let mut keys = Vec::new();
+        for _ in 0..PAGE_RUNS {
+            let counting = Counting {
+                inner: repo.mst().store(),
+                reads: std::cell::Cell::new(0),
+            };
+            let started = Instant::now();
+            let tree = Mst::load(&counting, root).expect("load root");
+            keys = page(&tree);
+            times.push(started.elapsed());
+            reads = counting.reads.get();
+        }
+        (median(times), reads, keys)
+    };
+    let (old_cold, old_reads, old_keys) = cold(page_walk_from_start);
+    let (new_cold, new_reads, new_keys) = cold(page_reverse_walk);
+    assert_eq!(old_keys, new_keys, "both ways give the same page");
+    assert_eq!(new_keys.len(), (PAGE + 1).min(total));
+
+    let warm = |page: &dyn Fn() -> Vec<(String, Cid)>| {
+        page();
+        median((0..PAGE_RUNS).map(|_| {
+            let started = Instant::now();
+            std::hint::black_box(page());
+            started.elapsed()
+        }))
+    };
+    // The server's own calls: the old loop over `list`, the new `list_rev`.
+    let old_warm = warm(&|| {
+        let all: Vec<(String, Cid)> = repo
+            .list(Some(COLL))
+            .expect("list")
+            .map(|e| e.expect("entry"))
+            .collect();
+        all.into_iter().rev().take(PAGE + 1).collect()
+    });
+    let new_warm = warm(&|| {
+        repo.list_rev(COLL, None)
+            .expect("list_rev")
+            .take(PAGE + 1)
+            .map(|e| e.expect("entry"))
+            .collect()
+    });
+    println!(
+        "listRecords page of {PAGE} newest of {total}, walk from start: cold {:.2} ms ({old_reads} blocks read), warm {:.3} ms",
+        ms(old_cold),
+        ms(old_warm)
+    );
+    println!(
+        "listRecords page of {PAGE} newest of {total}, reverse walk:    cold {:.3} ms ({new_reads} blocks read), warm {:.3} ms ({:.0}x / {:.0}x faster)",
+        ms(new_cold),
+        ms(new_warm),
+        old_cold.as_secs_f64() / new_cold.as_secs_f64(),
+        old_warm.as_secs_f64() / new_warm.as_secs_f64()
+    );
+}
+
+/// What `listRecords` did before the reverse walk (kept to compare): every
+/// key of the collection from its start, then the last `PAGE + 1` reversed.
+fn page_walk_from_start(tree: &Mst<&Counting<'_>>) -> Vec<(String, Cid)> {
+    let all: Vec<(String, Cid)> = tree
+        .entries_with_prefix(&format!("{COLL}/"))
+        .map(|e| e.expect("entry"))
+        .collect();
+    all.into_iter().rev().take(PAGE + 1).collect()
+}
+
+/// The reverse walk from the collection's end (`Repository::list_rev`).
+fn page_reverse_walk(tree: &Mst<&Counting<'_>>) -> Vec<(String, Cid)> {
+    let prefix = format!("{COLL}/");
+    tree.entries_before(&format!("{COLL}0"))
+        .map(|e| e.expect("entry"))
+        .take_while(|(key, _)| key.starts_with(&prefix))
+        .take(PAGE + 1)
+        .collect()
+}
+
+/// A block source that counts reads.
+struct Counting<'a> {
+    inner: &'a dyn BlockSource,
+    reads: std::cell::Cell<usize>,
+}
+
+impl BlockSource for Counting<'_> {
+    fn get(&self, cid: &Cid) -> Result<Option<Vec<u8>>, StoreError> {
+        self.reads.set(self.reads.get() + 1);
+        self.inner.get(cid)
+    }
+}
+
+fn median(times: impl IntoIterator<Item = Duration>) -> Duration {
+    let mut times: Vec<Duration> = times.into_iter().collect();
+    times.sort();
+    times[times.len() / 2]
 }
 
 fn ms(d: Duration) -> f64 {

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gelstore::model::{Cid, cid_for_cbor};
-use gelstore::repo::blocks::MemoryBlocks;
+use gelstore::repo::blocks::{BlockSource, MemoryBlocks, StoreError};
 use gelstore::repo::mst::{Mst, RecordOp, verify_proof};
 
 /// SplitMix64: tiny, deterministic, good enough to shuffle test data.
@@ -303,6 +303,95 @@ fn commits_invert_from_proof_blocks_alone() {
                     .unwrap_or_else(|e| panic!("round {round}: {op:?}: {e}"));
             }
             assert_eq!(partial.root(), before.root(), "round {round}");
+        }
+    }
+}
+
+/// A block source that records which blocks are read.
+struct Recording<'a> {
+    inner: &'a MemoryBlocks,
+    reads: std::cell::RefCell<Vec<Cid>>,
+}
+
+impl BlockSource for Recording<'_> {
+    fn get(&self, cid: &Cid) -> Result<Option<Vec<u8>>, StoreError> {
+        self.reads.borrow_mut().push(*cid);
+        self.inner.get(cid)
+    }
+}
+
+#[test]
+fn reverse_walk_is_the_forward_listing_reversed() {
+    let mut rng = Rng(5);
+    for round in 0..60 {
+        // Round 0 is the empty tree.
+        let target = if round == 0 {
+            BTreeMap::new()
+        } else {
+            rng.map(400)
+        };
+        let tree = built(&target);
+        let mut store = MemoryBlocks::new();
+        let root = tree.write_new_blocks(&mut store).unwrap();
+
+        let forward: Vec<(String, Cid)> = listing(&tree).into_iter().collect();
+        let backward: Vec<(String, Cid)> = tree.entries_rev().map(|e| e.unwrap()).collect();
+        assert!(backward.iter().eq(forward.iter().rev()), "round {round}");
+
+        // Bounds: before the first key, after the last, on keys, between
+        // keys, and at the edges of every collection.
+        let mut bounds: Vec<String> = vec![String::new(), "\u{7f}".into(), "~".into()];
+        if let (Some(first), Some(last)) = (target.keys().next(), target.keys().last()) {
+            bounds.push(first.clone());
+            bounds.push(format!("{first}\0"));
+            bounds.push(last.clone());
+            bounds.push(format!("{last}~"));
+        }
+        bounds.extend(target.keys().step_by(7).cloned());
+        bounds.extend((0..10).map(|_| rng.key()));
+        for c in ["app.bsky.feed.post", "app.bsky.feed.like", "a", "b"] {
+            bounds.extend([c.to_owned(), format!("{c}/"), format!("{c}0")]);
+        }
+        for end in &bounds {
+            let want: Vec<(String, Cid)> = target
+                .range(..end.clone())
+                .rev()
+                .map(|(k, v)| (k.clone(), *v))
+                .collect();
+            let got: Vec<(String, Cid)> = tree.entries_before(end).map(|e| e.unwrap()).collect();
+            assert_eq!(got, want, "round {round}: before {end:?}");
+
+            // From storage, a page of `take` keys reads only nodes on the
+            // search paths of the bound and of the keys it listed.
+            let take = 1 + rng.below(12);
+            let recording = Recording {
+                inner: &store,
+                reads: Default::default(),
+            };
+            let loaded = Mst::load(&recording, root).unwrap();
+            let page: Vec<String> = loaded
+                .entries_before(end)
+                .take(take)
+                .map(|e| e.unwrap().0)
+                .collect();
+            let page_want: Vec<&String> = want.iter().take(take).map(|(k, _)| k).collect();
+            assert!(
+                page.iter().eq(page_want),
+                "round {round}: page before {end:?}"
+            );
+            let mut allowed = MemoryBlocks::new();
+            tree.search_path_proof(end, &mut allowed).unwrap();
+            for key in &page {
+                tree.search_path_proof(key, &mut allowed).unwrap();
+            }
+            let reads = recording.reads.borrow();
+            let off_path = reads.iter().filter(|c| !allowed.contains(c)).count();
+            assert_eq!(
+                off_path,
+                0,
+                "round {round}: before {end:?}: {off_path} of {} reads off the paths",
+                reads.len()
+            );
         }
     }
 }

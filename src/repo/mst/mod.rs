@@ -26,7 +26,7 @@
 //! Module map: `key` (key rules, heights), `node` (in-memory nodes, lazy
 //! links), `codec` (block encoding, checked decoding), `ops` (get, insert,
 //! delete), `build` (canonical bulk build), `walk` (ordered traversal),
-//! `diff`, `proof`.
+//! `rev` (descending traversal below a bound), `diff`, `proof`.
 
 mod build;
 mod codec;
@@ -36,6 +36,7 @@ mod key;
 mod node;
 mod ops;
 mod proof;
+mod rev;
 mod walk;
 
 use std::collections::BTreeMap;
@@ -47,6 +48,7 @@ use cid::Cid;
 pub use self::diff::{MstDiff, RecordOp};
 pub use self::error::MstError;
 pub use self::key::{MAX_KEY_LEN, check_key, common_prefix_len, key_height};
+pub use self::rev::EntriesRev;
 pub use self::walk::{Entries, Visit, Walk};
 
 use self::node::{Link, Node};
@@ -215,6 +217,21 @@ impl<S: BlockSource> Mst<S> {
             Some(prefix.to_owned()),
             Some(prefix.to_owned()),
         )
+    }
+
+    /// All `(key, value)` pairs in descending key order.
+    pub fn entries_rev(&self) -> EntriesRev<'_> {
+        EntriesRev::new(&self.store, self.root.clone(), None)
+    }
+
+    /// The pairs with keys `< end` (strictly), in descending key order.
+    /// Only the search path of `end` and the paths to the keys actually
+    /// listed are loaded: a page of `k` keys costs O(log n + k) nodes.
+    /// For the newest keys of one collection, pass `"<nsid>0"` (every
+    /// `"<nsid>/…"` key sorts below it, as `'0'` follows `'/'`) and stop at
+    /// the first key without the `"<nsid>/"` prefix.
+    pub fn entries_before(&self, end: &str) -> EntriesRev<'_> {
+        EntriesRev::new(&self.store, self.root.clone(), Some(end.to_owned()))
     }
 
     /// A preorder walk of the whole tree: each node block before its

@@ -1,8 +1,8 @@
 //! Unit tests of the tree operations: known root CIDs from the reference
 //! implementations' test suites, structure edge cases, lazy loading.
 
-use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
 use crate::model::parse_cid;
@@ -285,6 +285,161 @@ fn changes_load_and_write_only_their_path() {
     assert_eq!(reloaded.get(&keys[1234]).unwrap(), Some(other));
     assert_eq!(reloaded.get(&keys[4321]).unwrap(), None);
     assert_eq!(reloaded.entries().count(), n - 1);
+}
+
+#[test]
+fn reverse_listing_and_bounds() {
+    let mut all = Vec::new();
+    for coll in ["app.a", "app.b", "app.c"] {
+        for i in 0..40 {
+            all.push(format!("{coll}/{i:03}"));
+        }
+    }
+    let tree = Mst::from_entries(MemoryBlocks::new(), all.iter().map(|k| (k, value()))).unwrap();
+    all.sort();
+    let keys = |it: EntriesRev<'_>| -> Vec<String> { it.map(|e| e.unwrap().0).collect() };
+    let below = |end: &str| -> Vec<String> {
+        all.iter()
+            .rev()
+            .filter(|k| k.as_str() < end)
+            .cloned()
+            .collect()
+    };
+    assert_eq!(keys(tree.entries_rev()), below("~"));
+    for end in [
+        "",          // before everything
+        "app.a/000", // the first key
+        "app.b/",    // a collection's start
+        "app.b/020", // a key
+        "app.b/0205",
+        "app.b0", // just past a collection
+        "app.c/039",
+        "zzz", // after everything
+    ] {
+        assert_eq!(keys(tree.entries_before(end)), below(end), "before {end}");
+    }
+    // The newest page of one collection, as listRecords takes it.
+    let page: Vec<String> = tree
+        .entries_before("app.b0")
+        .map(|e| e.unwrap().0)
+        .take_while(|k| k.starts_with("app.b/"))
+        .take(5)
+        .collect();
+    assert_eq!(
+        page,
+        [
+            "app.b/039",
+            "app.b/038",
+            "app.b/037",
+            "app.b/036",
+            "app.b/035"
+        ]
+    );
+    let empty = Mst::new(MemoryBlocks::new());
+    assert_eq!(empty.entries_rev().count(), 0);
+    assert_eq!(empty.entries_before("app.a0").count(), 0);
+}
+
+/// A block source that records which blocks are read.
+struct Recording<'a> {
+    inner: &'a MemoryBlocks,
+    reads: RefCell<Vec<Cid>>,
+}
+
+impl BlockSource for Recording<'_> {
+    fn get(&self, cid: &Cid) -> Result<Option<Vec<u8>>, StoreError> {
+        self.reads.borrow_mut().push(*cid);
+        self.inner.get(cid)
+    }
+}
+
+/// The nodes on the search paths of `keys` in `tree` (read from a full
+/// copy, so the recorded reads are not disturbed).
+fn search_paths(tree: &Mst<&MemoryBlocks>, keys: &[&str]) -> BTreeSet<Cid> {
+    let mut out = MemoryBlocks::new();
+    for key in keys {
+        tree.search_path_proof(key, &mut out).unwrap();
+    }
+    out.cids().copied().collect()
+}
+
+#[test]
+fn reverse_pages_load_only_their_paths() {
+    let n = 30_000;
+    let keys: Vec<String> = (0..n)
+        .map(|i| format!("app.x/{:08}", i * 7919 % 1_000_003))
+        .chain((0..500).map(|i| format!("app.w/{i:05}")))
+        .collect();
+    let built = Mst::from_entries(MemoryBlocks::new(), keys.iter().map(|k| (k, value()))).unwrap();
+    let mut store = MemoryBlocks::new();
+    let root = built.write_new_blocks(&mut store).unwrap();
+    let full = Mst::load(&store, root).unwrap();
+    let mut sorted = keys.clone();
+    sorted.sort();
+    let x_keys = &sorted[500..];
+
+    // The newest page, a page after a cursor in the middle, one at the
+    // collection's start, one with a bound that is no key.
+    for (end, take) in [
+        ("app.x0".to_owned(), 50),
+        (x_keys[n / 2].clone(), 50),
+        (x_keys[30].clone(), 50),
+        ("app.x/00500000~".to_owned(), 20),
+    ] {
+        let recording = Recording {
+            inner: &store,
+            reads: RefCell::new(Vec::new()),
+        };
+        let tree = Mst::load(&recording, root).unwrap();
+        let lazy = tree.entries_before(&end);
+        assert_eq!(
+            recording.reads.borrow().len(),
+            1,
+            "only the root before next()"
+        );
+        let page: Vec<String> = lazy
+            .map(|e| e.unwrap().0)
+            .take_while(|k| k.starts_with("app.x/"))
+            .take(take)
+            .collect();
+        let want: Vec<String> = x_keys
+            .iter()
+            .rev()
+            .filter(|k| **k < end)
+            .take(take)
+            .cloned()
+            .collect();
+        assert_eq!(page, want, "before {end}");
+        // Every node read is on the bound's search path or on the path to a
+        // key listed (plus, at a collection's start, the one key looked at
+        // and refused).
+        let mut paths: Vec<&str> = page.iter().map(String::as_str).collect();
+        paths.push(&end);
+        let stop = sorted.iter().rev().find(|k| **k < *page.last().unwrap());
+        if page.len() < take
+            && let Some(stop) = stop
+        {
+            paths.push(stop);
+        }
+        let allowed = search_paths(&full, &paths);
+        let reads = recording.reads.borrow();
+        let outside = reads.iter().filter(|c| !allowed.contains(c)).count();
+        assert_eq!(
+            outside,
+            0,
+            "before {end}: {outside} of {} reads off the paths",
+            reads.len()
+        );
+        // Each node is read once, and far fewer than the tree holds.
+        let distinct: BTreeSet<&Cid> = reads.iter().collect();
+        assert_eq!(distinct.len(), reads.len());
+        assert!(
+            reads.len() <= allowed.len() && reads.len() < 60,
+            "{} reads",
+            reads.len()
+        );
+        assert!(store.len() > 2_000, "{} nodes", store.len());
+    }
 }
 
 #[test]

@@ -698,6 +698,38 @@ impl Repository {
         Ok(entries.map(|r| r.map_err(RepoError::from)))
     }
 
+    /// The `(collection/rkey, cid)` pairs of a collection with record keys
+    /// below `before` (all of them without it), newest TID first: descending
+    /// key order. Reads only the nodes on the way to the pairs taken, so a
+    /// page costs O(log n + page) whatever the collection's size.
+    pub fn list_rev(
+        &self,
+        collection: &str,
+        before: Option<&str>,
+    ) -> Result<impl Iterator<Item = Result<(String, Cid), RepoError>> + '_, RepoError> {
+        gelstore_codegen::syntax::check_nsid(collection).map_err(|e| {
+            RecordError::InvalidCollection {
+                collection: collection.chars().take(100).collect(),
+                reason: e.reason,
+            }
+        })?;
+        let prefix = format!("{collection}/");
+        let end = match before {
+            Some(rkey) => format!("{prefix}{rkey}"),
+            // Every "<nsid>/…" key sorts below "<nsid>0" ('0' follows '/').
+            None => format!("{collection}0"),
+        };
+        // Below the collection's keys come other collections': stop there.
+        Ok(self
+            .mst
+            .entries_before(&end)
+            .take_while(move |entry| match entry {
+                Ok((key, _)) => key.starts_with(&prefix),
+                Err(_) => true,
+            })
+            .map(|r| r.map_err(RepoError::from)))
+    }
+
     /// Applies a batch of writes as one signed commit. See
     /// [`apply_with`](Self::apply_with).
     pub fn apply(&mut self, writes: &[Write]) -> Result<CommitInfo, RepoError> {

@@ -65,6 +65,56 @@ fn init_makes_an_empty_signed_repository_once() {
 }
 
 #[test]
+fn list_rev_pages_one_collection_newest_first() {
+    let (_engine, mut repo) = new_repo();
+    // Neighbours on both sides: "thin/" sorts before "thing/", "thingz/"
+    // after it.
+    let mut writes: Vec<Write> = (0..30)
+        .map(|i| Write::create(THING, format!("{i:03}"), thing(i)))
+        .collect();
+    for other in ["com.example.thin", "com.example.thingz"] {
+        for rkey in ["000", "zzz"] {
+            writes.push(Write::create(other, rkey, json!({"$type": other})));
+        }
+    }
+    repo.apply(&writes).unwrap();
+    let page = |before: Option<&str>, limit: usize| -> Vec<String> {
+        repo.list_rev(THING, before)
+            .unwrap()
+            .take(limit)
+            .map(|r| r.unwrap().0["com.example.thing/".len()..].to_owned())
+            .collect()
+    };
+    // Pages of 7 with the last key as the cursor cover every record once.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let got = page(cursor.as_deref(), 7);
+        seen.extend(got.iter().cloned());
+        if got.len() < 7 {
+            break;
+        }
+        cursor = got.last().cloned();
+    }
+    let want: Vec<String> = (0..30).rev().map(|i| format!("{i:03}")).collect();
+    assert_eq!(seen, want);
+    assert_eq!(page(Some("015"), 2), ["014", "013"]);
+    assert_eq!(page(Some("0145"), 2), ["014", "013"]);
+    assert_eq!(page(Some("000"), 5), Vec::<String>::new());
+    assert_eq!(page(Some("~"), 1), ["029"]);
+    assert!(
+        repo.list_rev("com.example.none", None)
+            .unwrap()
+            .next()
+            .is_none()
+    );
+    assert!(matches!(
+        repo.list_rev("not an nsid", None).map(|_| ()),
+        Err(RepoError::Record(RecordError::InvalidCollection { .. }))
+    ));
+}
+
+#[test]
 fn create_get_list_update_delete() {
     let (engine, mut repo) = new_repo();
     let first = repo

@@ -516,19 +516,14 @@ pub async fn list_records(state: &Arc<AppState>, req: Request) -> Result<Respons
                     }
                 }
             } else {
-                // TODO(issue 8): a descending page walks the collection from
-                // its start; the MST has no reverse iterator yet.
-                let mut all: Vec<(String, Cid)> = Vec::new();
-                for item in core.repo().list(Some(&collection))? {
-                    let (key, cid) = item?;
-                    if let Some(c) = &cursor
-                        && key.as_str() >= format!("{prefix}{c}").as_str()
-                    {
+                // A reverse MST walk from the cursor (or the collection's
+                // end): the page costs O(log n + limit), not O(collection).
+                for item in core.repo().list_rev(&collection, cursor.as_deref())? {
+                    page.push(item?);
+                    if page.len() > limit {
                         break;
                     }
-                    all.push((key, cid));
                 }
-                page.extend(all.into_iter().rev().take(limit + 1));
             }
             let more = page.len() > limit;
             page.truncate(limit);
