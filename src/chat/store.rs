@@ -615,51 +615,28 @@ impl ChatStore {
     /// checked against the chat as it was before it (without the
     /// continuations of the waiting reply). `None` for any other message.
     pub fn answer_resolution(&self, message: Tid) -> Result<Option<Resolution>> {
-        let key = message.to_string();
-        let (m, _) = self.message(&key)?;
-        let Some(parent) = super::record::parent_reply(&m) else {
-            return Ok(None);
-        };
+        let (m, _) = self.message(&message.to_string())?;
         let Some(chat) = chat_of(&m) else {
             return Ok(None);
         };
-        let (records, _) = self.chat_records(chat)?;
-        let is_waiting = records
-            .iter()
-            .any(|r| r.key == parent.to_string() && r.message.status == MessageStatus::Waiting);
-        let Some(answer) = records.iter().find(|r| r.key == key) else {
-            return Ok(None);
-        };
-        let decisions: Vec<ToolApprovalPart> = answer
-            .content
-            .iter()
-            .flat_map(|c| &c.parts)
-            .filter_map(|p| match p {
-                PlainContentPartsItem::ToolApprovalPart(a) => Some(a.clone()),
-                _ => None,
-            })
-            .collect();
-        if !is_waiting || decisions.is_empty() {
+        if super::record::parent_reply(&m).is_none() {
             return Ok(None);
         }
-        let before: Vec<ChatRecord> = records
-            .into_iter()
-            .filter(|r| {
-                !(r.message.role == MessageRole::User
-                    && r.message.parent.as_ref().map(|p| p.as_str()) == Some(&*parent.to_string()))
-            })
-            .collect();
-        Ok(Some(check_answer(
-            &before,
-            &parent.to_string(),
-            &decisions,
-        )?))
+        let (records, _) = self.chat_records(chat)?;
+        resolution_in(&records, message)
     }
 
     /// The messages a reply to user message `message` continues: from the
     /// chat's first message along `parent` links to `message` itself,
     /// opened where this device can (what a model is given as history).
     pub fn branch(&self, message: Tid) -> Result<Vec<ChatRecord>> {
+        Ok(self.reply_inputs(message)?.0)
+    }
+
+    /// What a host needs to run the reply to user message `message`, from
+    /// one read of its chat: [`ChatStore::branch`] and
+    /// [`ChatStore::answer_resolution`].
+    pub fn reply_inputs(&self, message: Tid) -> Result<(Vec<ChatRecord>, Option<Resolution>)> {
         let (m, _) = self.message(&message.to_string())?;
         let chat = chat_of(&m)
             .ok_or_else(|| {
@@ -670,28 +647,8 @@ impl ChatStore {
             })?
             .to_string();
         let (records, _) = self.chat_records(&chat)?;
-        let mut by_key: BTreeMap<String, ChatRecord> =
-            records.into_iter().map(|r| (r.key.clone(), r)).collect();
-        let mut out = Vec::new();
-        let mut next = Some(message.to_string());
-        // Each step moves to an older TID (a parent reply belongs to an
-        // earlier message), and a record is taken out once: no cycles.
-        while let Some(key) = next.take() {
-            let Some(user) = by_key.remove(&key) else {
-                break;
-            };
-            if let Some(parent) = super::record::parent_reply(&user.message)
-                && let Some(reply) = by_key.remove(&parent.to_string())
-            {
-                next = Some(parent.message().to_string());
-                out.push(user);
-                out.push(reply);
-                continue;
-            }
-            out.push(user);
-        }
-        out.reverse();
-        Ok(out)
+        let resolution = resolution_in(&records, message)?;
+        Ok((branch_in(records, message), resolution))
     }
 
     /// Follows writes made around this store (a server applying its
@@ -991,6 +948,70 @@ fn taken(e: DeviceError, key: &str) -> ChatStoreError {
         }
         e => e.into(),
     }
+}
+
+/// [`ChatStore::answer_resolution`] over the chat's opened `records`.
+fn resolution_in(records: &[ChatRecord], message: Tid) -> Result<Option<Resolution>> {
+    let key = message.to_string();
+    let Some(answer) = records.iter().find(|r| r.key == key) else {
+        return Ok(None);
+    };
+    let Some(parent) = super::record::parent_reply(&answer.message) else {
+        return Ok(None);
+    };
+    let parent_key = parent.to_string();
+    let is_waiting = records
+        .iter()
+        .any(|r| r.key == parent_key && r.message.status == MessageStatus::Waiting);
+    let decisions: Vec<ToolApprovalPart> = answer
+        .content
+        .iter()
+        .flat_map(|c| &c.parts)
+        .filter_map(|p| match p {
+            PlainContentPartsItem::ToolApprovalPart(a) => Some(a.clone()),
+            _ => None,
+        })
+        .collect();
+    if !is_waiting || decisions.is_empty() {
+        return Ok(None);
+    }
+    // The answer as it was made: the chat without the continuations of
+    // the waiting reply (this answer among them).
+    let before: Vec<ChatRecord> = records
+        .iter()
+        .filter(|r| {
+            !(r.message.role == MessageRole::User
+                && r.message.parent.as_ref().map(|p| p.as_str()) == Some(parent_key.as_str()))
+        })
+        .cloned()
+        .collect();
+    Ok(Some(check_answer(&before, &parent_key, &decisions)?))
+}
+
+/// [`ChatStore::branch`] over the chat's opened `records`.
+fn branch_in(records: Vec<ChatRecord>, message: Tid) -> Vec<ChatRecord> {
+    let mut by_key: BTreeMap<String, ChatRecord> =
+        records.into_iter().map(|r| (r.key.clone(), r)).collect();
+    let mut out = Vec::new();
+    let mut next = Some(message.to_string());
+    // Each step moves to an older TID (a parent reply belongs to an
+    // earlier message), and a record is taken out once: no cycles.
+    while let Some(key) = next.take() {
+        let Some(user) = by_key.remove(&key) else {
+            break;
+        };
+        if let Some(parent) = super::record::parent_reply(&user.message)
+            && let Some(reply) = by_key.remove(&parent.to_string())
+        {
+            next = Some(parent.message().to_string());
+            out.push(user);
+            out.push(reply);
+            continue;
+        }
+        out.push(user);
+    }
+    out.reverse();
+    out
 }
 
 /// The approved calls of `resolution` run by the host (`tool_runs`, by

@@ -205,7 +205,7 @@ fn prepare(
         Err(ChatStoreError::ReplyAlreadyFinished { .. }) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let branch = chats.branch(key.message())?;
+    let (branch, resolution) = chats.reply_inputs(key.message())?;
     let Some(user) = branch.last().filter(|r| r.key == key.message().to_string()) else {
         return Ok(None);
     };
@@ -215,7 +215,6 @@ fn prepare(
         );
         return Ok(None);
     }
-    let resolution = chats.answer_resolution(key.message())?;
     let approved: Vec<Value> = resolution
         .iter()
         .flat_map(|r| &r.calls)
