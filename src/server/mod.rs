@@ -139,6 +139,7 @@ pub fn run(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), Serv
 
 async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), ServeError> {
     let data = options.data.clone();
+    let grace = sessions::grace_from_env().map_err(ServeError::Setting)?;
     crate::repo::identity::create_private_dir(&data).map_err(|e| Box::new(RepoError::from(e)))?;
     // Refuse early and clearly if another server holds the folder.
     running::check_free(&data)?;
@@ -156,10 +157,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         options.handle.as_deref(),
         options.password.as_deref(),
     )?;
-    let sessions = Sessions::load(
-        &data,
-        sessions::grace_from_env().map_err(ServeError::Setting)?,
-    )?;
+    let sessions = Sessions::load(&data, grace)?;
     if note != PasswordNote::Kept {
         // The token key was replaced with the password: no old token
         // verifies any more; forget their ids too.
