@@ -5,16 +5,19 @@
 //! names) are the reference's. Then `gelstore serve` only: the grace
 //! period set to 0 (`GELSTORE_REFRESH_GRACE_SECS`), revocations and live
 //! sessions kept across a restart, a new password ending every session,
-//! and a bad grace setting refused at start.
+//! a bad grace setting refused at start, and `gelstore sync` through two
+//! refreshes in one run with no grace (it must use the rotated token).
 
 mod common_pds;
 mod common_peer;
+mod common_proxy;
 mod common_serve;
 
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use common_peer::{Peer, on_both_peers};
+use common_peer::{Peer, ok, on_both_peers};
+use common_proxy::Proxy;
 use common_serve::{Response, Serve, http};
 
 /// `host:port` of a service URL.
@@ -246,4 +249,39 @@ fn a_bad_grace_setting_stops_the_start_with_its_name() {
             "{bad}: {stderr}"
         );
     }
+}
+
+#[test]
+fn gelstore_sync_refreshes_twice_in_one_run_with_the_rotated_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let serve = Serve::start_with(
+        &dir.path().join("server"),
+        "127.0.0.1:0",
+        &[],
+        &[("GELSTORE_REFRESH_GRACE_SECS", "0")],
+        common_serve::PASSWORD,
+    );
+    let proxy = Proxy::start(&serve.service);
+    let d = dir.path().join("device");
+    ok(&d, &["device", "init"]);
+    let chat = ok(&d, &["chat", "new", "--title", "rotation"]);
+    ok(
+        &d,
+        &["chat", "send", "--chat", chat.lines().next().unwrap(), "hi"],
+    );
+    // Two calls refused as expired: two refreshes, the second with the
+    // refresh token the first returned (the first is dead at once).
+    proxy.expire_next("com.atproto.repo.applyWrites");
+    proxy.expire_next_with("com.atproto.sync.getRepo", 401);
+    let options = gelstore::sync::SyncOptions {
+        service: proxy.url.clone(),
+        identifier: serve.handle.clone(),
+        password: serve.password.clone(),
+        plc: "http://127.0.0.1:9".into(),
+    };
+    let report = gelstore::sync::sync(&d, &options).unwrap();
+    assert_eq!(proxy.expired("com.atproto.repo.applyWrites"), 1);
+    assert_eq!(proxy.expired("com.atproto.sync.getRepo"), 1);
+    assert_eq!(proxy.seen("com.atproto.server.refreshSession"), 2);
+    assert!(report.pull.data_matches, "{report:?}");
 }
