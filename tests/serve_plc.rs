@@ -75,3 +75,57 @@ fn a_did_plc_account_works_with_the_standard_clients_and_gelstore_sync() {
     );
     assert!(text.contains("matches the local root"), "{text}");
 }
+
+/// A new handle or a new address after the first start reaches the
+/// directory: the next operation, chained to the last, signed with the
+/// server's key (the directory checks both).
+#[test]
+fn a_new_handle_and_address_are_sent_to_the_directory() {
+    let pds = Pds::start();
+    let serve = Serve::start_with_plc(&pds.plc);
+    let did = serve.did.clone();
+    let data = serve.data.clone();
+    let keep = serve.stop();
+    assert!(data.join("plc.json").is_file());
+    // Restarted without --plc, on another port, with another handle.
+    let serve = Serve::start_in(&data, &["--handle", "renamed.test"]);
+    assert_eq!(serve.did, did);
+    let doc = http_get_json(&format!("{}/{did}", pds.plc));
+    assert_eq!(
+        doc["alsoKnownAs"],
+        serde_json::json!(["at://renamed.test"]),
+        "{doc}"
+    );
+    let endpoint = doc["service"]
+        .as_array()
+        .and_then(|s| s.iter().find(|s| s["id"] == "#atproto_pds"))
+        .map(|s| s["serviceEndpoint"].clone());
+    assert_eq!(endpoint, Some(serve.service.clone().into()), "{doc}");
+    let log = http_get_json(&format!("{}/{did}/log", pds.plc));
+    assert_eq!(log.as_array().map(Vec::len), Some(2), "{log}");
+    // Nothing changed: no operation.
+    let service = serve.service.clone();
+    drop(serve);
+    let listen = service
+        .trim_start_matches("http://")
+        .replace("localhost", "127.0.0.1");
+    let serve = Serve::start_at(&data, &listen, &["--handle", "renamed.test"]);
+    let log = http_get_json(&format!("{}/{did}/log", pds.plc));
+    assert_eq!(log.as_array().map(Vec::len), Some(2), "{log}");
+    drop(serve);
+    drop(keep);
+}
+
+fn http_get_json(url: &str) -> serde_json::Value {
+    let rest = url.trim_start_matches("http://");
+    let (addr, path) = rest.split_once('/').unwrap();
+    let r = common_serve::http(
+        &addr.replace("localhost", "127.0.0.1"),
+        "GET",
+        &format!("/{path}"),
+        &[],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{url}: {}", r.text());
+    r.json()
+}

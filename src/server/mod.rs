@@ -174,6 +174,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
             .map_err(|e| Box::new(RepoError::from(e)))?;
             let (did, op) = plc::genesis(&key, &account.handle, &service)?;
             plc::register(plc, &did, &op).await?;
+            plc::save_directory(&data, &did, plc)?;
             did
         }
         _ => web_did,
@@ -195,6 +196,9 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     let key = load_key(&data)
         .map_err(|e| Box::new(RepoError::from(e)))?
         .ok_or_else(|| ServeError::ReadOnly(data.display().to_string()))?;
+    if repo.did().starts_with("did:plc:") {
+        keep_plc_current(&data, &options, repo.did(), &key, &account.handle, &service).await;
+    }
     if let PasswordNote::Generated(pw) = &note {
         eprintln!(
             "created the account {} with the password {pw} (shown once; only its hash is stored: \
@@ -275,6 +279,40 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     drop(marker);
     served?;
     Ok(())
+}
+
+/// A did:plc account's document names this server's handle and URL: if
+/// either changed since the last operation, the next one is sent. A
+/// directory that cannot be reached or refuses is reported, not fatal (the
+/// server still serves its own clients).
+async fn keep_plc_current(
+    data: &std::path::Path,
+    options: &ServeOptions,
+    did: &str,
+    key: &crate::repo::keys::SigningKey,
+    handle: &str,
+    service: &str,
+) {
+    let Some(directory) = options
+        .plc
+        .clone()
+        .or_else(|| plc::load_directory(data, did))
+    else {
+        eprintln!(
+            "note: the PLC directory of {did} is not known here (start once with --plc URL): its document is not checked"
+        );
+        return;
+    };
+    match plc::update(&directory, did, key, handle, service).await {
+        Ok(true) => eprintln!("updated {did} at {directory}: handle {handle}, endpoint {service}"),
+        Ok(false) => {}
+        Err(e) => eprintln!("warning: {did}'s document was not updated: {e}"),
+    }
+    if options.plc.is_some()
+        && let Err(e) = plc::save_directory(data, did, &directory)
+    {
+        eprintln!("warning: cannot remember the PLC directory: {e}");
+    }
 }
 
 /// The folder's chats for the assistant: its device, made here as the

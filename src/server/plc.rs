@@ -4,8 +4,10 @@
 //! `#atproto_pds`. The DID is the first 24 characters of the base32 SHA-256
 //! of the signed operation's DAG-CBOR, as the PLC spec defines.
 //!
-//! TODO(issue 8): no later operations: a new handle or a new address after
-//! the first start is not sent to the directory.
+//! Later starts keep the directory current: `plc.json` in the data folder
+//! remembers the directory, and when the handle or this server's URL
+//! changed, [`update`] signs an operation chained to the last one (`prev` =
+//! its CID) that keeps the keys and names the new handle and endpoint.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
@@ -13,7 +15,10 @@ use data_encoding::BASE32_NOPAD;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::model::{encode_dag_cbor, json_to_ipld};
+use std::path::Path;
+
+use super::account::write_private;
+use crate::model::{cid_for_cbor, encode_dag_cbor, json_to_ipld};
 use crate::repo::keys::SigningKey;
 
 /// Why registering failed.
@@ -31,7 +36,7 @@ pub enum PlcError {
         reason: String,
     },
     /// The directory refused the operation.
-    #[error("the PLC directory at {url} refused the genesis operation: HTTP {status}: {body}")]
+    #[error("the PLC directory at {url} refused the operation: HTTP {status}: {body}")]
     Refused {
         /// The directory.
         url: String,
@@ -40,6 +45,21 @@ pub enum PlcError {
         /// What it said (cut).
         body: String,
     },
+}
+
+/// The directory a did:plc account is registered with, in the data folder.
+pub const PLC_FILE: &str = "plc.json";
+
+/// Remembers the directory `plc` for the account `did`.
+pub fn save_directory(data: &Path, did: &str, plc: &str) -> std::io::Result<()> {
+    let body = json!({"did": did, "directory": plc}).to_string();
+    write_private(&data.join(PLC_FILE), body.as_bytes())
+}
+
+/// The directory `did` was registered with, if this folder remembers it.
+pub fn load_directory(data: &Path, did: &str) -> Option<String> {
+    let v: Value = serde_json::from_slice(&std::fs::read(data.join(PLC_FILE)).ok()?).ok()?;
+    (v["did"] == did).then(|| v["directory"].as_str().map(str::to_owned))?
 }
 
 fn cbor(op: &Value) -> Result<Vec<u8>, PlcError> {
@@ -71,7 +91,90 @@ pub fn genesis(key: &SigningKey, handle: &str, service: &str) -> Result<(String,
     Ok((did, op))
 }
 
-/// Registers the genesis operation with the directory at `plc`.
+/// The operation after `last` (the directory's last operation for the
+/// account) that names `handle` and `service`, signed with `key`; `None`
+/// if `last` already names them.
+pub fn next_operation(
+    last: &Value,
+    key: &SigningKey,
+    handle: &str,
+    service: &str,
+) -> Result<Option<Value>, PlcError> {
+    let invalid = |why: &str| PlcError::Encode(format!("the directory's last operation {why}"));
+    if last["type"] != "plc_operation" {
+        return Err(invalid("is not a plc_operation"));
+    }
+    let did_key = key.public_key().to_did_key();
+    let rotation = last["rotationKeys"]
+        .as_array()
+        .ok_or_else(|| invalid("has no rotationKeys"))?;
+    if !rotation
+        .iter()
+        .any(|k| k.as_str() == Some(did_key.as_str()))
+    {
+        return Err(PlcError::Encode(format!(
+            "this server's key {did_key} is not a rotation key of the account"
+        )));
+    }
+    let aka = json!([format!("at://{handle}")]);
+    let endpoint = &last["services"]["atproto_pds"]["endpoint"];
+    if last["alsoKnownAs"] == aka && endpoint.as_str() == Some(service) {
+        return Ok(None);
+    }
+    let mut services = last["services"].clone();
+    services["atproto_pds"] = json!({"type": "AtprotoPersonalDataServer", "endpoint": service});
+    let mut op = json!({
+        "type": "plc_operation",
+        "rotationKeys": last["rotationKeys"],
+        "verificationMethods": last["verificationMethods"],
+        "alsoKnownAs": aka,
+        "services": services,
+        "prev": cid_for_cbor(&cbor(last)?).to_string(),
+    });
+    let sig = key.sign(&cbor(&op)?);
+    op["sig"] = B64URL.encode(sig).into();
+    Ok(Some(op))
+}
+
+/// Brings the directory's document of `did` up to date with this server:
+/// if its handle or endpoint changed, sends the next operation. Returns
+/// whether one was sent.
+pub async fn update(
+    plc: &str,
+    did: &str,
+    key: &SigningKey,
+    handle: &str,
+    service: &str,
+) -> Result<bool, PlcError> {
+    let url = format!("{}/{did}/log/last", plc.trim_end_matches('/'));
+    let unreachable = |e: reqwest::Error| PlcError::Unreachable {
+        url: plc.to_owned(),
+        reason: e.to_string(),
+    };
+    let response = reqwest::get(&url).await.map_err(unreachable)?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(PlcError::Refused {
+            url: plc.to_owned(),
+            status: status.as_u16(),
+            body: response
+                .text()
+                .await
+                .unwrap_or_default()
+                .chars()
+                .take(500)
+                .collect(),
+        });
+    }
+    let last: Value = response.json().await.map_err(unreachable)?;
+    match next_operation(&last, key, handle, service)? {
+        None => Ok(false),
+        Some(op) => register(plc, did, &op).await.map(|()| true),
+    }
+}
+
+/// Sends a signed operation (the genesis one or a later one) for `did` to
+/// the directory at `plc`.
 pub async fn register(plc: &str, did: &str, op: &Value) -> Result<(), PlcError> {
     let url = format!("{}/{did}", plc.trim_end_matches('/'));
     let response = reqwest::Client::new()
@@ -99,6 +202,41 @@ pub async fn register(plc: &str, did: &str, op: &Value) -> Result<(), PlcError> 
 mod tests {
     use super::*;
     use crate::repo::keys::KeyAlgorithm;
+
+    #[test]
+    fn an_update_chains_to_the_last_operation_and_keeps_the_keys() {
+        let key = SigningKey::from_bytes(KeyAlgorithm::K256, &[7u8; 32]).unwrap();
+        let (_, genesis_op) = genesis(&key, "a.test", "http://localhost:1").unwrap();
+        assert!(
+            next_operation(&genesis_op, &key, "a.test", "http://localhost:1")
+                .unwrap()
+                .is_none(),
+            "nothing changed, nothing to send"
+        );
+        let op = next_operation(&genesis_op, &key, "b.test", "http://localhost:2")
+            .unwrap()
+            .unwrap();
+        assert_eq!(op["alsoKnownAs"], json!(["at://b.test"]));
+        assert_eq!(
+            op["services"]["atproto_pds"]["endpoint"],
+            "http://localhost:2"
+        );
+        assert_eq!(op["rotationKeys"], genesis_op["rotationKeys"]);
+        assert_eq!(op["verificationMethods"], genesis_op["verificationMethods"]);
+        assert_eq!(
+            op["prev"],
+            cid_for_cbor(&cbor(&genesis_op).unwrap()).to_string()
+        );
+        let mut unsigned = op.clone();
+        let sig = unsigned.as_object_mut().unwrap().remove("sig").unwrap();
+        let sig = B64URL.decode(sig.as_str().unwrap()).unwrap();
+        key.public_key()
+            .verify(&cbor(&unsigned).unwrap(), &sig)
+            .unwrap();
+        // Another key is not a rotation key: refused, nothing signed.
+        let other = SigningKey::from_bytes(KeyAlgorithm::K256, &[9u8; 32]).unwrap();
+        assert!(next_operation(&genesis_op, &other, "b.test", "http://x").is_err());
+    }
 
     #[test]
     fn the_did_is_the_hash_of_the_signed_operation() {
