@@ -19,6 +19,7 @@ fn atproto_api_and_repo_clients_work_against_gelstore_serve() {
         &[],
     );
     assert_eq!(api["serverDid"], serve.did.as_str());
+    assert_eq!(api["loggedOut"], true, "{api}");
     let verified = drive(
         "verify",
         &serve.service,

@@ -3,10 +3,10 @@
 //! Two kinds, told apart by `scope` (and the header's `typ`), as the
 //! reference PDS does: an access token (`com.atproto.access`, 2 hours) for
 //! every authenticated call and a refresh token (`com.atproto.refresh`,
-//! 90 days) that only `refreshSession` takes. Tokens are stateless: they end
-//! when they expire or when the secret in `account.json` is replaced.
-//! TODO(issue 8): refresh tokens are not single-use (no `deleteSession`, no
-//! revocation list).
+//! 90 days) that only `refreshSession` and `deleteSession` take. Access
+//! tokens are stateless: they end when they expire or when the secret in
+//! `account.json` is replaced. Refresh tokens also carry an id (`jti`) that
+//! must be live in `sessions.json` (see `sessions`): single use, revocable.
 
 use axum::http::HeaderMap;
 use base64::Engine as _;
@@ -23,7 +23,8 @@ pub const ACCESS_SCOPE: &str = "com.atproto.access";
 pub const REFRESH_SCOPE: &str = "com.atproto.refresh";
 
 const ACCESS_SECS: u64 = 2 * 60 * 60;
-const REFRESH_SECS: u64 = 90 * 24 * 60 * 60;
+/// The lifetime of a refresh token.
+pub const REFRESH_SECS: u64 = 90 * 24 * 60 * 60;
 
 /// The claims this server puts in its tokens.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -58,7 +59,8 @@ impl std::fmt::Debug for TokenKeys {
     }
 }
 
-fn now() -> u64 {
+/// The time in Unix seconds.
+pub fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -75,10 +77,9 @@ impl TokenKeys {
         <Hmac<Sha256> as KeyInit>::new_from_slice(&self.key).expect("HMAC takes keys of any length")
     }
 
-    /// A new (access, refresh) pair for `did`.
-    pub fn issue(&self, did: &str) -> (String, String) {
-        let iat = now();
-        let access = Claims {
+    /// An access token for `did`, issued at `iat`.
+    pub fn access(&self, did: &str, iat: u64) -> String {
+        let claims = Claims {
             scope: ACCESS_SCOPE.into(),
             sub: did.into(),
             aud: self.audience.clone(),
@@ -86,19 +87,21 @@ impl TokenKeys {
             exp: iat + ACCESS_SECS,
             jti: None,
         };
-        let jti = super::account::random_token(16).unwrap_or_else(|_| iat.to_string());
-        let refresh = Claims {
+        self.sign("at+jwt", &claims)
+    }
+
+    /// A refresh token for `did` with the id `jti` (which the caller
+    /// records as live).
+    pub fn refresh(&self, did: &str, jti: &str, iat: u64, exp: u64) -> String {
+        let claims = Claims {
             scope: REFRESH_SCOPE.into(),
             sub: did.into(),
             aud: self.audience.clone(),
             iat,
-            exp: iat + REFRESH_SECS,
-            jti: Some(jti),
+            exp,
+            jti: Some(jti.to_owned()),
         };
-        (
-            self.sign("at+jwt", &access),
-            self.sign("refresh+jwt", &refresh),
-        )
+        self.sign("refresh+jwt", &claims)
     }
 
     fn sign(&self, typ: &str, claims: &Claims) -> String {
@@ -116,6 +119,16 @@ impl TokenKeys {
 
     /// Checks a token's signature, expiry, audience and scope.
     pub fn verify(&self, token: &str, scope: &str) -> Result<Claims, XrpcError> {
+        self.check(token, scope, true)
+    }
+
+    /// [`TokenKeys::verify`] without the expiry: `deleteSession` ends an
+    /// expired session too, as the reference's does.
+    pub fn verify_allow_expired(&self, token: &str, scope: &str) -> Result<Claims, XrpcError> {
+        self.check(token, scope, false)
+    }
+
+    fn check(&self, token: &str, scope: &str, expiry: bool) -> Result<Claims, XrpcError> {
         let bad = || XrpcError::invalid_token("Token could not be verified");
         let mut parts = token.split('.');
         let (Some(header), Some(payload), Some(sig), None) =
@@ -143,7 +156,7 @@ impl TokenKeys {
         if claims.aud != self.audience {
             return Err(bad());
         }
-        if claims.exp <= now() {
+        if expiry && claims.exp <= now() {
             return Err(XrpcError::expired_token());
         }
         if claims.scope != scope {
@@ -183,7 +196,14 @@ mod tests {
     #[test]
     fn tokens_verify_only_with_their_key_scope_and_audience() {
         let keys = TokenKeys::new(b"secret".to_vec(), "did:web:localhost%3A1".into());
-        let (access, refresh) = keys.issue("did:web:localhost%3A1");
+        let (access, refresh) = (
+            keys.access("did:web:localhost%3A1", now()),
+            keys.refresh("did:web:localhost%3A1", "id", now(), now() + 60),
+        );
+        assert_eq!(
+            keys.verify(&refresh, REFRESH_SCOPE).unwrap().jti.as_deref(),
+            Some("id")
+        );
         assert_eq!(
             keys.verify(&access, ACCESS_SCOPE).unwrap().sub,
             "did:web:localhost%3A1"
@@ -211,6 +231,21 @@ mod tests {
         assert_eq!(
             keys.verify(&expired, ACCESS_SCOPE).unwrap_err().error,
             "ExpiredToken"
+        );
+        assert!(keys.verify_allow_expired(&expired, ACCESS_SCOPE).is_ok());
+        let old_refresh = keys.refresh("did:web:localhost%3A1", "id", 1, 2);
+        assert_eq!(
+            keys.verify(&old_refresh, REFRESH_SCOPE).unwrap_err().error,
+            "ExpiredToken"
+        );
+        assert!(
+            keys.verify_allow_expired(&old_refresh, REFRESH_SCOPE)
+                .is_ok()
+        );
+        assert!(
+            other
+                .verify_allow_expired(&old_refresh, REFRESH_SCOPE)
+                .is_err()
         );
         let other_aud = TokenKeys::new(b"secret".to_vec(), "did:web:elsewhere".into());
         assert!(other_aud.verify(&access, ACCESS_SCOPE).is_err());

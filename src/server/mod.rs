@@ -10,6 +10,7 @@
 //! | `error` | the `{error, message}` responses and the status of each error name |
 //! | `auth` | HS256 session tokens (access/refresh) and the bearer header |
 //! | `account` | `account.json`: handle, salted PBKDF2 password hash, token secret |
+//! | `sessions` | `sessions.json`: the live refresh-token ids (rotation, grace, revocation) |
 //! | `identity` | the did:web and its DID document |
 //! | `plc` | `--plc`: a did:plc genesis operation registered with a PLC directory |
 //! | `blobs` | uploaded blobs, one file each |
@@ -26,6 +27,7 @@ mod identity;
 mod plc;
 mod routes;
 pub mod running;
+mod sessions;
 mod state;
 mod xrpc;
 
@@ -48,6 +50,7 @@ use self::account::{Account, PasswordNote};
 use self::assistant::Assistant;
 use self::auth::TokenKeys;
 use self::blobs::BlobStore;
+use self::sessions::Sessions;
 use self::state::{AppState, Store};
 use crate::chat::ChatStore;
 use crate::repo::identity::load_key;
@@ -106,6 +109,9 @@ pub enum ServeError {
     /// `--assistant` needs a device of the account in the folder.
     #[error("--assistant: {0}")]
     Assistant(String),
+    /// A setting from the environment is not usable.
+    #[error("{0}")]
+    Setting(String),
     /// Serving failed.
     #[error("server failed: {0}")]
     Io(#[from] std::io::Error),
@@ -133,6 +139,7 @@ pub fn run(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), Serv
 
 async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), ServeError> {
     let data = options.data.clone();
+    let grace = sessions::grace_from_env().map_err(ServeError::Setting)?;
     crate::repo::identity::create_private_dir(&data).map_err(|e| Box::new(RepoError::from(e)))?;
     // Refuse early and clearly if another server holds the folder.
     running::check_free(&data)?;
@@ -150,6 +157,12 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         options.handle.as_deref(),
         options.password.as_deref(),
     )?;
+    let sessions = Sessions::load(&data, grace)?;
+    if note != PasswordNote::Kept {
+        // The token key was replaced with the password: no old token
+        // verifies any more; forget their ids too.
+        sessions.clear()?;
+    }
     let did = match &options.plc {
         Some(plc) if !repository_exists(&data) => {
             let key_data = data.clone();
@@ -217,6 +230,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         account.password_hash.clone(),
         did_doc,
         tokens,
+        sessions,
         BlobStore::new(&data),
         options.limits,
         assistant.clone(),

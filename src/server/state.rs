@@ -1,6 +1,6 @@
 //! What every request handler shares: the repository (behind one lock:
 //! commits are serial, and reads see a consistent head), the account, the
-//! token keys, the blob folder and the limits.
+//! token keys and live sessions, the blob folder and the limits.
 
 use std::sync::{Arc, Mutex};
 
@@ -11,6 +11,7 @@ use super::assistant::Assistant;
 use super::auth::TokenKeys;
 use super::blobs::BlobStore;
 use super::error::XrpcError;
+use super::sessions::Sessions;
 use crate::chat::ChatStore;
 use crate::repo::repository::Repository;
 use crate::repo::tid::TidClock;
@@ -94,6 +95,8 @@ pub struct AppState {
     pub did_doc: Value,
     /// Signs and checks session tokens.
     pub tokens: TokenKeys,
+    /// The live refresh-token ids.
+    pub sessions: Sessions,
     /// Uploaded blobs.
     pub blobs: BlobStore,
     /// Request limits.
@@ -115,6 +118,7 @@ impl AppState {
         password_hash: String,
         did_doc: Value,
         tokens: TokenKeys,
+        sessions: Sessions,
         blobs: BlobStore,
         limits: Limits,
         assistant: Option<Arc<Assistant>>,
@@ -131,6 +135,7 @@ impl AppState {
             password_hash,
             did_doc,
             tokens,
+            sessions,
             blobs,
             limits,
             commits: watch::channel(0).0,

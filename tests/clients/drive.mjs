@@ -5,7 +5,7 @@
 //
 // (PLC: the directory a did:plc resolves through; did:web needs none.)
 //
-// MODE api      @atproto/api: session (login, getSession, refresh), record
+// MODE api      @atproto/api: session (login, getSession, refresh, logout), record
 //               calls (create/put/delete/get/list/applyWrites), swaps, blobs.
 // MODE verify   @atproto/repo + @atproto/identity: resolve the DID's key
 //               (did:web over http on localhost), verify getRepo's CAR and
@@ -226,6 +226,21 @@ async function api() {
   out.head = latest.data.cid
   out.updatedCid = updated.data.cid
   out.records = expected.length
+
+  // Logout (deleteSession with the refresh token; the client drops its
+  // session whatever the answer, so the end is checked): the ended
+  // session's refresh token is refused by the reference's name.
+  const ended = agent.session.refreshJwt
+  await agent.logout()
+  check(!agent.session, 'logged out')
+  await expectError(
+    new AtpAgent({ service: SERVICE }).com.atproto.server.refreshSession(undefined, {
+      headers: { authorization: `Bearer ${ended}` },
+    }),
+    'ExpiredToken',
+    'refreshSession after logout',
+  )
+  out.loggedOut = true
   return out
 }
 

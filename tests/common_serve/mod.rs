@@ -69,11 +69,24 @@ impl Serve {
     /// A server on `data` listening on `listen` (a restart keeps the port
     /// its did:web names).
     pub fn start_at(data: &Path, listen: &str, extra: &[&str]) -> Serve {
+        Serve::start_with(data, listen, extra, &[], PASSWORD)
+    }
+
+    /// [`Serve::start_at`] with environment variables for the server and a
+    /// password (another than [`PASSWORD`] sets a new one).
+    pub fn start_with(
+        data: &Path,
+        listen: &str,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        password: &str,
+    ) -> Serve {
         let mut child = Command::new(env!("CARGO_BIN_EXE_gelstore"))
             .arg("--data")
             .arg(data)
-            .args(["serve", "--listen", listen, "--password", PASSWORD])
+            .args(["serve", "--listen", listen, "--password", password])
             .args(extra)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -109,7 +122,7 @@ impl Serve {
             service: field("service"),
             did: field("did"),
             handle: field("handle"),
-            password: PASSWORD.to_owned(),
+            password: password.to_owned(),
             data: data.to_path_buf(),
             dir: None,
             child,

@@ -38,6 +38,7 @@ pub fn kind_of(nsid: &str) -> Option<Kind> {
         | "chat.gel.assistant.listApprovals" => Query,
         "com.atproto.server.createSession"
         | "com.atproto.server.refreshSession"
+        | "com.atproto.server.deleteSession"
         | "com.atproto.repo.createRecord"
         | "com.atproto.repo.putRecord"
         | "com.atproto.repo.deleteRecord"
@@ -58,7 +59,8 @@ pub async fn call(state: &Arc<AppState>, nsid: &str, req: Request) -> Result<Res
     match nsid {
         "com.atproto.server.describeServer" => server::describe_server(state),
         "com.atproto.server.createSession" => server::create_session(state, req).await,
-        "com.atproto.server.refreshSession" => server::refresh_session(state, req),
+        "com.atproto.server.refreshSession" => server::refresh_session(state, req).await,
+        "com.atproto.server.deleteSession" => server::delete_session(state, req).await,
         "com.atproto.server.getSession" => server::get_session(state, req),
         "com.atproto.identity.resolveHandle" => server::resolve_handle(state, req),
         "com.atproto.repo.createRecord" => repo::create_record(state, req).await,

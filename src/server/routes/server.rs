@@ -10,9 +10,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::server::account::verify_password;
-use crate::server::auth::{ACCESS_SCOPE, REFRESH_SCOPE, bearer};
+use crate::server::account::{random_token, verify_password};
+use crate::server::auth::{ACCESS_SCOPE, REFRESH_SCOPE, REFRESH_SECS, bearer, now};
 use crate::server::error::XrpcError;
+use crate::server::sessions::Refused;
 use crate::server::state::AppState;
 use crate::server::xrpc::Request;
 
@@ -48,35 +49,112 @@ pub async fn create_session(state: &Arc<AppState>, req: Request) -> Result<Respo
     if !ok {
         return Err(wrong());
     }
-    Ok(session_output(state, true))
+    let jti = random_token(32).map_err(XrpcError::internal)?;
+    let iat = now();
+    let exp = iat + REFRESH_SECS;
+    let record = state.clone();
+    let id = jti.clone();
+    // Recorded (and on disk) before the client sees the token.
+    tokio::task::spawn_blocking(move || record.sessions.add(&id, iat, exp))
+        .await
+        .map_err(XrpcError::internal)?
+        .map_err(XrpcError::internal)?;
+    let tokens = Tokens {
+        access: state.tokens.access(&state.did, iat),
+        refresh: state.tokens.refresh(&state.did, &jti, iat, exp),
+    };
+    Ok(session_output(state, Some(tokens)))
 }
 
-fn session_output(state: &AppState, with_tokens: bool) -> Response {
+/// A new pair for the session output.
+struct Tokens {
+    access: String,
+    refresh: String,
+}
+
+fn session_output(state: &AppState, tokens: Option<Tokens>) -> Response {
     let mut out = json!({
         "did": state.did,
         "handle": state.handle,
         "didDoc": state.did_doc,
         "active": true,
     });
-    if with_tokens {
-        let (access, refresh) = state.tokens.issue(&state.did);
-        out["accessJwt"] = access.into();
-        out["refreshJwt"] = refresh.into();
+    if let Some(tokens) = tokens {
+        out["accessJwt"] = tokens.access.into();
+        out["refreshJwt"] = tokens.refresh.into();
     }
     Json(out).into_response()
 }
 
-pub fn refresh_session(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
-    let claims = state.tokens.verify(bearer(&req.headers)?, REFRESH_SCOPE)?;
+/// The refresh token of the request and its id; `allow_expired` for
+/// `deleteSession`.
+fn refresh_claims(
+    state: &AppState,
+    req: &Request,
+    allow_expired: bool,
+) -> Result<String, XrpcError> {
+    let token = bearer(&req.headers)?;
+    let claims = if allow_expired {
+        state.tokens.verify_allow_expired(token, REFRESH_SCOPE)?
+    } else {
+        state.tokens.verify(token, REFRESH_SCOPE)?
+    };
     if claims.sub != state.did {
         return Err(XrpcError::invalid_token("Token is for another account"));
     }
-    Ok(session_output(state, true))
+    let Some(jti) = claims.jti else {
+        // The reference's name and status for a refresh token without id.
+        return Err(XrpcError {
+            status: axum::http::StatusCode::UNAUTHORIZED,
+            error: "MissingTokenId".into(),
+            message: "Unexpected missing refresh token id".into(),
+        });
+    };
+    Ok(jti)
+}
+
+/// Rotates the refresh token (see `sessions`): a used, revoked or
+/// past-grace token is `ExpiredToken` "Token has been revoked", as the
+/// reference answers.
+pub async fn refresh_session(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    let jti = refresh_claims(state, &req, false)?;
+    let rotate = state.clone();
+    let rotated =
+        tokio::task::spawn_blocking(move || rotate.sessions.rotate(&jti, now(), REFRESH_SECS))
+            .await
+            .map_err(XrpcError::internal)?
+            .map_err(XrpcError::internal)?;
+    let next = match rotated {
+        Ok(next) => next,
+        Err(Refused::Revoked) => {
+            return Err(XrpcError::named("ExpiredToken", "Token has been revoked"));
+        }
+    };
+    let tokens = Tokens {
+        access: state.tokens.access(&state.did, now()),
+        refresh: state
+            .tokens
+            .refresh(&state.did, &next.jti, next.iat, next.exp),
+    };
+    Ok(session_output(state, Some(tokens)))
+}
+
+/// Revokes the request's refresh token (expired ones too). Like the
+/// reference, an already revoked one is not an error, and access tokens
+/// already issued stay valid until they expire (at most 2 hours).
+pub async fn delete_session(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+    let jti = refresh_claims(state, &req, true)?;
+    let revoke = state.clone();
+    tokio::task::spawn_blocking(move || revoke.sessions.revoke(&jti, now()))
+        .await
+        .map_err(XrpcError::internal)?
+        .map_err(XrpcError::internal)?;
+    Ok(axum::http::StatusCode::OK.into_response())
 }
 
 pub fn get_session(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     require_access(state, &req)?;
-    Ok(session_output(state, false))
+    Ok(session_output(state, None))
 }
 
 /// Checks the request's access token; every write calls this first.
