@@ -13,7 +13,7 @@ mod common_serve;
 use std::net::TcpStream;
 use std::path::Path;
 
-use common_serve::{Serve, http};
+use common_serve::{Serve, first_line, gel_ok, http};
 use gelstore::lexicon::chat::gel::assistant::subscribe_reply::SubscribeReplyMessage;
 use gelstore::lexicon::support::Validate;
 use gelstore::model::{Ipld, decode_dag_cbor, encode_dag_cbor};
@@ -39,25 +39,6 @@ fn start_with(data: &Path, extra: &[&str]) -> Serve {
     args.extend(extra.iter().map(|s| s.to_string()));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Serve::start_in(data, &args)
-}
-
-fn gel_ok(data: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gelstore"))
-        .arg("--data")
-        .arg(data)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
-}
-
-fn first_line(s: &str) -> String {
-    s.lines().next().unwrap_or("").trim().to_owned()
 }
 
 /// One frame as the subscriber saw it.

@@ -7,30 +7,13 @@
 mod common_serve;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common_serve::{Serve, http};
 use serde_json::json;
 
+/// The command's answer: its first line.
 fn gel_ok(data: &Path, args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_gelstore"))
-        .arg("--data")
-        .arg(data)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_owned()
+    common_serve::first_line(&common_serve::gel_ok(data, args))
 }
 
 fn stream(name: &str) -> PathBuf {

@@ -152,6 +152,17 @@ mod tests {
     use crate::chat::{AskFor, Reply};
     use crate::repo::tid::Tid;
 
+    fn pending_record() -> Message {
+        serde_json::from_value(serde_json::json!({
+            "$type": "chat.gel.assistant.message",
+            "chat": "at://did:plc:abc/chat.gel.assistant.chat/3lbqzdw5pzk22",
+            "role": "assistant",
+            "status": "pending",
+            "createdAt": "2026-01-01T00:00:00Z",
+        }))
+        .unwrap()
+    }
+
     /// A replay of a finished run carries the same complete texts, calls
     /// and ending as the live run (which also sent deltas).
     #[test]
@@ -179,14 +190,7 @@ mod tests {
                 .unwrap_or_default();
             let key = ReplyKey::first(Tid::parse("3lbqzdw5pzk22").unwrap());
             let finished = Reply::new(key, Arc::new(AskFor::tools(tools))).run_jsonl(&input);
-            let mut record: Message = serde_json::from_value(serde_json::json!({
-                "$type": "chat.gel.assistant.message",
-                "chat": "at://did:plc:abc/chat.gel.assistant.chat/3lbqzdw5pzk22",
-                "role": "assistant",
-                "status": "pending",
-                "createdAt": "2026-01-01T00:00:00Z",
-            }))
-            .unwrap();
+            let mut record = pending_record();
             finished.reply.fill(&mut record);
             let replayed = replay(&key, &record, Some(&finished.reply.content));
             let live: Vec<&AssistantEvent> = finished
@@ -231,14 +235,7 @@ mod tests {
     #[test]
     fn pending_replays_nothing() {
         let key = ReplyKey::first(Tid::parse("3lbqzdw5pzk22").unwrap());
-        let record: Message = serde_json::from_value(serde_json::json!({
-            "$type": "chat.gel.assistant.message",
-            "chat": "at://did:plc:abc/chat.gel.assistant.chat/3lbqzdw5pzk22",
-            "role": "assistant",
-            "status": "pending",
-            "createdAt": "2026-01-01T00:00:00Z",
-        }))
-        .unwrap();
+        let record = pending_record();
         assert!(replay(&key, &record, None).is_empty());
     }
 }

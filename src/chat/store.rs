@@ -426,14 +426,7 @@ impl ChatStore {
             }
         };
         let key = ReplyKey::new(message, attempt);
-        let chat = chat_of(&user)
-            .ok_or_else(|| {
-                invalid(
-                    "message",
-                    "its chat is not a chat record of this repository",
-                )
-            })?
-            .to_string();
+        let chat = own_chat(&user, "message")?;
         let record = pending_reply(user.chat.clone(), Self::now()?);
         self.device
             .apply(&[Write::create(
@@ -600,9 +593,7 @@ impl ChatStore {
                 key: key.to_string(),
             });
         }
-        let chat = chat_of(&record)
-            .ok_or_else(|| invalid("reply", "its chat is not a chat record of this repository"))?
-            .to_string();
+        let chat = own_chat(&record, "reply")?;
         Ok(PendingReply {
             key: *key,
             chat,
@@ -638,14 +629,7 @@ impl ChatStore {
     /// [`ChatStore::answer_resolution`].
     pub fn reply_inputs(&self, message: Tid) -> Result<(Vec<ChatRecord>, Option<Resolution>)> {
         let (m, _) = self.message(&message.to_string())?;
-        let chat = chat_of(&m)
-            .ok_or_else(|| {
-                invalid(
-                    "message",
-                    "its chat is not a chat record of this repository",
-                )
-            })?
-            .to_string();
+        let chat = own_chat(&m, "message")?;
         let (records, _) = self.chat_records(&chat)?;
         let resolution = resolution_in(&records, message)?;
         Ok((branch_in(records, message), resolution))
@@ -802,9 +786,7 @@ impl ChatStore {
             }
             e => e,
         })?;
-        let chat = chat_of(&message)
-            .ok_or_else(|| invalid("reply", "its chat is not a chat record of this repository"))?
-            .to_string();
+        let chat = own_chat(&message, "reply")?;
         let (records, _) = self.chat_records(&chat)?;
         let resolution = check_answer(&records, reply, decisions)?;
         let answer = self.write_user(
@@ -933,6 +915,14 @@ fn chat_of(m: &Message) -> Option<&str> {
     let _did = it.next()?;
     (it.next()? == CHAT).then_some(())?;
     it.next()
+}
+
+/// The record key of `m`'s chat, which must be a chat record of this
+/// repository (`what` names `m` in the error).
+fn own_chat(m: &Message, what: &str) -> Result<String> {
+    chat_of(m)
+        .map(str::to_owned)
+        .ok_or_else(|| invalid(what, "its chat is not a chat record of this repository"))
 }
 
 fn to_json(what: &str, v: &impl Serialize) -> Result<Value> {

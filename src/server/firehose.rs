@@ -176,7 +176,13 @@ where
     (events, out)
 }
 
-async fn close_with(mut socket: WebSocket, name: &str, message: &str) -> Result<(), axum::Error> {
+/// Sends an error frame `name` and closes the socket (the XRPC way to end
+/// a subscription with an error).
+pub async fn close_with(
+    mut socket: WebSocket,
+    name: &str,
+    message: &str,
+) -> Result<(), axum::Error> {
     socket
         .send(Message::Binary(error_frame(name, message).into()))
         .await?;

@@ -203,6 +203,16 @@ mod tests {
     use super::*;
     use crate::repo::keys::KeyAlgorithm;
 
+    /// `op`'s `sig` is `key`'s signature of the rest.
+    fn assert_signed_by(op: &Value, key: &SigningKey) {
+        let mut unsigned = op.clone();
+        let sig = unsigned.as_object_mut().unwrap().remove("sig").unwrap();
+        let sig = B64URL.decode(sig.as_str().unwrap()).unwrap();
+        key.public_key()
+            .verify(&cbor(&unsigned).unwrap(), &sig)
+            .unwrap();
+    }
+
     #[test]
     fn an_update_chains_to_the_last_operation_and_keeps_the_keys() {
         let key = SigningKey::from_bytes(KeyAlgorithm::K256, &[7u8; 32]).unwrap();
@@ -227,12 +237,7 @@ mod tests {
             op["prev"],
             cid_for_cbor(&cbor(&genesis_op).unwrap()).to_string()
         );
-        let mut unsigned = op.clone();
-        let sig = unsigned.as_object_mut().unwrap().remove("sig").unwrap();
-        let sig = B64URL.decode(sig.as_str().unwrap()).unwrap();
-        key.public_key()
-            .verify(&cbor(&unsigned).unwrap(), &sig)
-            .unwrap();
+        assert_signed_by(&op, &key);
         // Another key is not a rotation key: refused, nothing signed.
         let other = SigningKey::from_bytes(KeyAlgorithm::K256, &[9u8; 32]).unwrap();
         assert!(next_operation(&genesis_op, &other, "b.test", "http://x").is_err());
@@ -244,11 +249,6 @@ mod tests {
         let (did, op) = genesis(&key, "a.test", "http://localhost:1").unwrap();
         assert_eq!(did.len(), "did:plc:".len() + 24);
         gelstore_codegen::syntax::check_did(&did).unwrap();
-        let mut unsigned = op.clone();
-        let sig = unsigned.as_object_mut().unwrap().remove("sig").unwrap();
-        let sig = B64URL.decode(sig.as_str().unwrap()).unwrap();
-        key.public_key()
-            .verify(&cbor(&unsigned).unwrap(), &sig)
-            .unwrap();
+        assert_signed_by(&op, &key);
     }
 }

@@ -193,6 +193,27 @@ impl Drop for Serve {
     }
 }
 
+/// Runs `gelstore --data DATA ARGS…`, which must succeed; its stdout.
+pub fn gel_ok(data: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_gelstore"))
+        .arg("--data")
+        .arg(data)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The first line of `s`, trimmed (what a command printed as its answer).
+pub fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").trim().to_owned()
+}
+
 /// An HTTP response.
 #[derive(Debug)]
 pub struct Response {

@@ -94,58 +94,42 @@ pub(super) async fn run_reply(
     let mut out = Publisher { log };
     let (finished, end_events, model) = generate(&assistant, &prepared, &mut out).await;
     let pending = prepared.pending;
-    match write(&state, pending, finished).await {
-        Written::Done => {
-            for e in &end_events {
-                out.publish(e, model.as_ref());
-            }
-        }
+    let interrupted = AssistantEvent::Done {
+        reason: DoneReason::Interrupted,
+    };
+    // The events that end the stream, and whether the run stays known here.
+    let (ending, kept) = match write(&state, pending, finished).await {
+        Written::Done => (end_events, true),
         Written::Instead(reason) => {
             tracing::warn!("assistant: reply {key} written as failed: {reason}");
-            out.publish(&internal_error(&reason), model.as_ref());
-            out.publish(
-                &AssistantEvent::Done {
-                    reason: DoneReason::Interrupted,
-                },
-                None,
-            );
+            (vec![internal_error(&reason), interrupted], true)
         }
-        Written::Lost => {
-            out.publish(
-                &AssistantEvent::Error {
+        // Later subscribers get the record the winner wrote.
+        Written::Lost => (
+            vec![
+                AssistantEvent::Error {
                     code: ErrorCode::AssistantRunConflict,
                     message: Some("another writer filled this reply first".into()),
                 },
-                None,
-            );
-            out.publish(
-                &AssistantEvent::Done {
-                    reason: DoneReason::Interrupted,
-                },
-                None,
-            );
-            out.log.end();
-            // Later subscribers get the record the winner wrote.
-            assistant.release(&key.to_string());
-            return;
-        }
+                interrupted,
+            ],
+            false,
+        ),
+        // Still pending: run again at the next start.
         Written::Not(reason) => {
             tracing::error!("assistant: reply {key} not written: {reason}");
-            out.publish(&internal_error(&reason), None);
-            out.publish(
-                &AssistantEvent::Done {
-                    reason: DoneReason::Interrupted,
-                },
-                None,
-            );
-            out.log.end();
-            // Still pending: run again at the next start.
-            assistant.release(&key.to_string());
-            return;
+            (vec![internal_error(&reason), interrupted], false)
         }
+    };
+    for e in &ending {
+        out.publish(e, model.as_ref());
     }
     out.log.end();
-    assistant.finished(&key.to_string());
+    if kept {
+        assistant.finished(&key.to_string());
+    } else {
+        assistant.release(&key.to_string());
+    }
 }
 
 fn internal_error(reason: &str) -> AssistantEvent {

@@ -30,8 +30,8 @@ use crate::chat::replay::replay;
 use crate::chat::store::MESSAGE;
 use crate::lexicon::chat::gel::assistant::defs::PlainContent;
 use crate::lexicon::chat::gel::assistant::message::Message as MessageRecord;
-use crate::repo::events::error_frame;
 use crate::server::error::XrpcError;
+use crate::server::firehose::close_with;
 use crate::server::state::AppState;
 
 /// The `GET /xrpc/chat.gel.assistant.subscribeReply` handler.
@@ -237,18 +237,6 @@ async fn close_normally(mut socket: WebSocket) -> Result<(), axum::Error> {
         .send(Message::Close(Some(CloseFrame {
             code: close_code::NORMAL,
             reason: "".into(),
-        })))
-        .await
-}
-
-async fn close_with(mut socket: WebSocket, name: &str, message: &str) -> Result<(), axum::Error> {
-    socket
-        .send(Message::Binary(error_frame(name, message).into()))
-        .await?;
-    socket
-        .send(Message::Close(Some(CloseFrame {
-            code: close_code::POLICY,
-            reason: name.into(),
         })))
         .await
 }
