@@ -14,6 +14,7 @@
 //! | `identity` | the did:web and its DID document |
 //! | `plc` | `--plc`: a did:plc genesis operation registered with a PLC directory |
 //! | `blobs` | uploaded blobs, one file each |
+//! | `chat_index` | the message records' clear fields for the chat queries, kept current from the event log |
 //! | `firehose` | `subscribeRepos`: the `#commit` event log over a websocket |
 //! | `running` | `serve.json`: tells other `gelstore` commands a server holds the folder |
 
@@ -21,6 +22,7 @@ mod account;
 mod assistant;
 mod auth;
 mod blobs;
+mod chat_index;
 mod error;
 mod firehose;
 mod identity;

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use super::assistant::Assistant;
 use super::auth::TokenKeys;
 use super::blobs::BlobStore;
+use super::chat_index::ChatIndex;
 use super::error::XrpcError;
 use super::sessions::Sessions;
 use crate::chat::ChatStore;
@@ -42,6 +43,8 @@ pub struct Core {
     store: Store,
     /// Makes TIDs for record keys the client leaves to the server.
     pub clock: TidClock,
+    /// The messages' clear fields, for the chat queries.
+    chat_index: ChatIndex,
 }
 
 /// The repository alone (the server holds no chat key), or inside the
@@ -66,6 +69,17 @@ impl Core {
             Store::Keyless(repo) => repo,
             Store::Chats(chats) => chats.repo_mut(),
         }
+    }
+
+    /// The chat index brought up to the repository's head, and the
+    /// repository.
+    pub fn chat_index(&mut self) -> Result<(&ChatIndex, &Repository), XrpcError> {
+        let repo: &Repository = match &self.store {
+            Store::Keyless(repo) => repo,
+            Store::Chats(chats) => chats.device().repo(),
+        };
+        self.chat_index.catch_up(repo)?;
+        Ok((&self.chat_index, repo))
     }
 
     /// The chats, when this server runs the assistant (it holds a device's
@@ -126,6 +140,7 @@ impl AppState {
         let core = Core {
             store,
             clock: TidClock::new(),
+            chat_index: ChatIndex::default(),
         };
         let did = core.repo().did().to_owned();
         Arc::new(AppState {
