@@ -15,6 +15,7 @@
 //! | `plc` | `--plc`: a did:plc genesis operation registered with a PLC directory |
 //! | `blobs` | uploaded blobs, one file each |
 //! | `chat_index` | the message records' clear fields for the chat queries, kept current from the event log |
+//! | `ratelimit` | failed password attempts (createSession), limited with the reference's figures |
 //! | `firehose` | `subscribeRepos`: the `#commit` event log over a websocket |
 //! | `running` | `serve.json`: tells other `gelstore` commands a server holds the folder |
 
@@ -27,6 +28,7 @@ mod error;
 mod firehose;
 mod identity;
 mod plc;
+mod ratelimit;
 mod routes;
 pub mod running;
 mod sessions;

@@ -12,6 +12,7 @@ use super::auth::TokenKeys;
 use super::blobs::BlobStore;
 use super::chat_index::ChatIndex;
 use super::error::XrpcError;
+use super::ratelimit::AttemptLimiter;
 use super::sessions::Sessions;
 use crate::chat::ChatStore;
 use crate::repo::repository::Repository;
@@ -121,6 +122,10 @@ pub struct AppState {
     pub stopping: watch::Sender<bool>,
     /// The assistant (`--assistant`): runs and streams replies.
     pub assistant: Option<Arc<Assistant>>,
+    /// Failed password attempts (createSession), limited.
+    pub attempts: AttemptLimiter,
+    /// Password hashes computed at once (each is slow on purpose).
+    pub hashing: tokio::sync::Semaphore,
 }
 
 impl AppState {
@@ -156,6 +161,8 @@ impl AppState {
             commits: watch::channel(0).0,
             stopping: watch::channel(false).0,
             assistant,
+            attempts: AttemptLimiter::default(),
+            hashing: tokio::sync::Semaphore::new(2),
         })
     }
 
