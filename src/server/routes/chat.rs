@@ -26,7 +26,6 @@
 //! current from the event log): a thread page is O(log n + page), the
 //! approval list O(waiting replies).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Json;
@@ -130,23 +129,18 @@ pub async fn list_approvals(state: &Arc<AppState>, req: Request) -> Result<Respo
             let next = waiting.next().is_some().then(|| page_last_key(&page));
             drop(waiting);
             if let Some(chats) = core.chats()? {
-                let calls: HashMap<String, Vec<Value>> = chats
-                    .approvals()
-                    .map_err(XrpcError::internal)?
-                    .into_iter()
-                    .map(|w| {
-                        let calls = w
-                            .calls
+                // Only this page's replies are opened.
+                for item in &mut page {
+                    let key = item["uri"].as_str().and_then(|u| u.rsplit('/').next());
+                    let calls = match key {
+                        Some(k) => chats.waiting_calls(k).map_err(XrpcError::internal)?,
+                        None => None,
+                    };
+                    if let Some(calls) = calls {
+                        item["calls"] = calls
                             .into_iter()
                             .map(|c| json!({"callId": c.call_id, "tool": c.name}))
                             .collect();
-                        (w.reply, calls)
-                    })
-                    .collect();
-                for item in &mut page {
-                    let key = item["uri"].as_str().and_then(|u| u.rsplit('/').next());
-                    if let Some(c) = key.and_then(|k| calls.get(k)) {
-                        item["calls"] = Value::Array(c.clone());
                     }
                 }
             }
