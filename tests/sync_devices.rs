@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use gelstore::repo::repository::Repository;
 use serde_json::{Value, json};
 
-use common_peer::{Kind, Peer, gel, on_both_peers};
+use common_peer::{Kind, Peer, gel, mirror, on_both_peers};
 
 /// Text that must never reach the PDS in the clear.
 const MARKER: &str = "PLAINTEXT-MARKER-b3Vk";
@@ -153,6 +153,7 @@ on_both_peers!(
     a_record_changed_on_both_devices_keeps_the_pds_version_and_saves_the_local_one,
     a_push_on_a_moved_head_is_refused_whole_then_pulled_and_retried,
     a_wrong_mirror_fails_the_data_check_loudly_and_is_re_pulled,
+    a_sync_json_of_an_older_version_is_taken_into_the_store,
 );
 
 fn second_device_pairs_through_the_pds_and_answers_an_approval(pds: Peer) {
@@ -385,7 +386,7 @@ fn a_pulled_record_that_fails_validation_is_refused_and_nothing_changes(pds: Pee
     assert_eq!(status_code, 200, "{created}");
 
     let head = Repository::open(d).unwrap().head();
-    let marker = std::fs::read(d.join("sync.json")).unwrap();
+    let marker = mirror(d);
     let mut args = vec!["sync"];
     args.extend(login(&pds));
     let out = gel(d, &args);
@@ -396,7 +397,7 @@ fn a_pulled_record_that_fails_validation_is_refused_and_nothing_changes(pds: Pee
         "{err}"
     );
     assert_eq!(Repository::open(d).unwrap().head(), head);
-    assert_eq!(std::fs::read(d.join("sync.json")).unwrap(), marker);
+    assert_eq!(mirror(d), marker);
 
     // Once the record is gone from the PDS, sync goes through again.
     let (status_code, deleted) = post(
@@ -538,10 +539,10 @@ fn a_push_on_a_moved_head_is_refused_whole_then_pulled_and_retried(pds: Peer) {
     // A push pinned to the stale head: refused whole, nothing lands.
     let session = Session::login(&pds.service, &pds.handle, &pds.password).unwrap();
     let key = sync::signing_key(&session, pds.plc_arg()).unwrap();
-    let mut state = SyncState::load(a).unwrap();
     let repo = Repository::open(a).unwrap();
+    let mut state = SyncState::load(a, &repo).unwrap();
     let mut report = PushReport::default();
-    let e = sync::push(&session, &key, &repo, a, &mut state, &mut report).unwrap_err();
+    let e = sync::push(&session, &key, &repo, &mut state, &mut report).unwrap_err();
     assert!(matches!(e, SyncError::RemoteMoved), "{e}");
     assert_eq!(report.created, 0);
     assert_eq!(list_records(&pds, CHAT).len(), 1);
@@ -562,17 +563,15 @@ fn a_wrong_mirror_fails_the_data_check_loudly_and_is_re_pulled(pds: Peer) {
     sync(d, &pds);
 
     // The mirror claims a record the PDS does not hold.
-    let path = d.join("sync.json");
-    let mut state: Value = json_of(&std::fs::read_to_string(&path).unwrap());
-    let some_cid = state["pushed"]
-        .as_object()
-        .unwrap()
-        .values()
-        .next()
-        .unwrap()
-        .clone();
-    state["others"]["app.example.thing/3lbqzdw5pzk22"] = some_cid;
-    std::fs::write(&path, state.to_string()).unwrap();
+    {
+        let repo = Repository::open(d).unwrap();
+        let mut state = gelstore::sync::SyncState::load(d, &repo).unwrap();
+        let some_cid = state.pushed.values().next().unwrap().clone();
+        let bogus = "app.example.thing/3lbqzdw5pzk22";
+        state.others.insert(bogus.into(), some_cid);
+        state.save_keys(&repo, [bogus]).unwrap();
+    }
+    assert_eq!(mirror(d).others.len(), 1);
 
     // The push lands, but its commit's data is not the root computed over
     // the mirror: a named error, exit 1.
@@ -585,8 +584,7 @@ fn a_wrong_mirror_fails_the_data_check_loudly_and_is_re_pulled(pds: Peer) {
     assert!(err.contains("replica out of step"), "{err}");
 
     // The mirror was re-pulled: the next sync is clean and pushes nothing.
-    let state: Value = json_of(&std::fs::read_to_string(&path).unwrap());
-    assert!(state["others"].as_object().unwrap().is_empty(), "{state}");
+    assert!(mirror(d).others.is_empty(), "{:?}", mirror(d).others);
     let again = sync(d, &pds);
     assert_eq!(again["push"]["created"], 0, "{again}");
     assert_eq!(again["pull"]["data_matches"], true, "{again}");
@@ -647,14 +645,14 @@ fn a_push_without_a_mirrored_head_over_records_already_there_is_redone_one_by_on
     ));
 
     // The marker and mirror forgotten: every record goes out as a create.
-    let mut state = SyncState::load(d).unwrap();
+    let repo = Repository::open(d).unwrap();
+    let mut state = SyncState::load(d, &repo).unwrap();
     state.pushed.clear();
     state.remote = None;
     let session = Session::login(&pds.service, &pds.handle, &pds.password).unwrap();
     let key = sync::signing_key(&session, pds.plc_arg()).unwrap();
-    let repo = Repository::open(d).unwrap();
     let mut report = PushReport::default();
-    sync::push(&session, &key, &repo, d, &mut state, &mut report).unwrap();
+    sync::push(&session, &key, &repo, &mut state, &mut report).unwrap();
     assert_eq!((report.created, report.retried), (2, 2), "{report:?}");
     assert_eq!(state.pushed.len(), 2);
     // No-ops: the peer made no commit.
@@ -678,10 +676,65 @@ fn a_push_without_a_mirrored_head_over_records_already_there_is_redone_one_by_on
     state.pushed.clear();
     let repo = Repository::open(d).unwrap();
     let mut report = PushReport::default();
-    let e = sync::push(&session, &key, &repo, d, &mut state, &mut report).unwrap_err();
+    let e = sync::push(&session, &key, &repo, &mut state, &mut report).unwrap_err();
     assert!(
         matches!(&e, SyncError::Xrpc { error, .. } if error == "InvalidSwap"),
         "{e}"
     );
     assert_eq!(list_records(&pds, CHAT).len(), 2);
+}
+
+/// A store synced by a version that kept the mirror in `sync.json`: the
+/// file is read once, its mirror written into the store, and the file
+/// renamed; nothing is pulled again nor pushed twice.
+fn a_sync_json_of_an_older_version_is_taken_into_the_store(pds: Peer) {
+    use gelstore::sync::SyncState;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(d, &["device", "init"]);
+    sync(d, &pds);
+    let held = mirror(d);
+    let head = held.remote.clone().unwrap();
+    assert!(!held.pushed.is_empty());
+
+    // The older version's layout: the mirror in sync.json, none in the store.
+    let old = json!({
+        "did": held.did,
+        "service": held.service,
+        "pushed": held.pushed,
+        "remote": {"commit": head.commit, "rev": head.rev, "data": head.data},
+        "others": held.others,
+    });
+    std::fs::write(
+        d.join("sync.json"),
+        serde_json::to_vec_pretty(&old).unwrap(),
+    )
+    .unwrap();
+    {
+        let repo = Repository::open(d).unwrap();
+        SyncState::default().save_all(&repo).unwrap();
+    }
+
+    // status takes it in: the mirrored head is the PDS's, nothing is
+    // downloaded (an empty mirror would pull the whole repository).
+    let report = status(d, &pds);
+    assert_eq!(report["in_sync"], true, "{report}");
+    assert_eq!(report["car_bytes"], 0, "{report}");
+    assert_eq!(
+        report["mirrored"]["commit"],
+        head.commit.as_str(),
+        "{report}"
+    );
+    assert!(!d.join("sync.json").exists());
+    assert!(d.join("sync.json.migrated").exists());
+    assert_eq!(mirror(d), held);
+
+    // A sync after it pushes only the new chat, without a full pull.
+    ok(d, &["chat", "new", "--title", "after the migration"]);
+    let done = sync(d, &pds);
+    assert_eq!(done["push"]["created"], 2, "{done}");
+    assert_eq!(done["push"]["unchanged"], held.pushed.len(), "{done}");
+    assert_eq!(done["pull"]["full_pulls"], 0, "{done}");
+    assert_eq!(done["pull"]["data_matches"], true, "{done}");
+    assert!(!d.join("sync.json").exists());
 }

@@ -20,7 +20,7 @@ use gelstore::repo::tid::Tid;
 use gelstore::sync::{self, Progress, SyncError, SyncOptions};
 use serde_json::Value;
 
-use common_peer::{Peer, gel, gel_command, ok, on_both_peers};
+use common_peer::{Peer, gel, gel_command, mirror, ok, on_both_peers};
 use common_proxy::Proxy;
 
 const PREFIX: &str = "chat.gel.assistant.";
@@ -114,7 +114,7 @@ fn local_records(data: &Path) -> BTreeMap<String, String> {
 
 /// The marker's key → CID map.
 fn marker(data: &Path) -> BTreeMap<String, String> {
-    sync::SyncState::load(data).unwrap().pushed
+    mirror(data).pushed
 }
 
 fn head(data: &Path) -> String {
@@ -171,7 +171,7 @@ fn offline_writes_reach_the_pds_once_it_is_back(pds: Peer) {
     assert_eq!(remote_records(&pds), local_records(d));
 
     // Bad credentials through the proxy: named, exit 1, nothing changes.
-    let marker_before = std::fs::read(d.join("sync.json")).unwrap();
+    let marker_before = mirror(d);
     let out = gel(d, &sync_args(&pds, &proxy.url, "wrong-password"));
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("bad credentials"), "{}", stderr(&out));
@@ -196,7 +196,7 @@ fn offline_writes_reach_the_pds_once_it_is_back(pds: Peer) {
     // Local data untouched: the store, its records and the marker.
     assert_eq!(head(d), head_offline);
     assert_eq!(local_records(d), local_offline);
-    assert_eq!(std::fs::read(d.join("sync.json")).unwrap(), marker_before);
+    assert_eq!(mirror(d), marker_before);
     // The PDS still holds only what the first sync sent.
     assert!(remote_records(&pds).len() < local_offline.len());
 

@@ -19,7 +19,7 @@ use gelstore::repo::verify::{SignatureCheck, SignatureStatus, VerifyOptions, ver
 use gelstore::sync;
 use serde_json::Value;
 
-use common_peer::{Kind, Peer, gel, ok, on_both_peers};
+use common_peer::{Kind, Peer, gel, mirror, ok, on_both_peers};
 
 /// Text that must never reach the PDS in the clear.
 const MARKER: &str = "PLAINTEXT-MARKER-q7Zx";
@@ -195,7 +195,8 @@ fn device_chat_sync_verify_and_resync(pds: Peer) {
     );
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("bad credentials"), "{err}");
-    assert!(!d.join("sync.json").exists());
+    // The store is not even linked to the account.
+    assert_eq!(mirror(d), sync::SyncState::default());
 
     // PDS-specific: a did:plc's document comes from the PLC URL given, so
     // a wrong or unreachable one can be tried. (`gelstore serve`'s did:web
@@ -322,7 +323,11 @@ fn device_chat_sync_verify_and_resync(pds: Peer) {
     // The marker and mirror lost (a crash before the first save): the full
     // pull re-learns what the PDS holds, every record equals the local one,
     // so nothing is merged, nothing pushed and no new commit is made.
-    std::fs::remove_file(d.join("sync.json")).unwrap();
+    {
+        let repo = Repository::open(d).unwrap();
+        sync::SyncState::default().save_all(&repo).unwrap();
+    }
+    assert_eq!(mirror(d), sync::SyncState::default());
     let retry: Value = serde_json::from_str(&ok(d, &sync_args(&pds, &pds.password))).unwrap();
     assert_eq!(retry["push"]["retried"], 0, "{retry}");
     assert_eq!(retry["push"]["created"], 0, "{retry}");

@@ -43,16 +43,21 @@ pub enum Table {
     RevLog,
     /// The repository event stream: seq (u64 BE) → event (see `repo::events`).
     Events,
+    /// Sync's mirror of the remote repository: `collection/rkey` → CID
+    /// bytes of every record on the PDS (see `sync::stored`). Not
+    /// repository blocks: no reference counts, not in `Repository::check`.
+    Mirror,
 }
 
 impl Table {
-    /// Every table, in prefix order.
-    pub const ALL: [Table; 5] = [
+    /// Every table.
+    pub const ALL: [Table; 6] = [
         Table::Meta,
         Table::Blocks,
         Table::Refs,
         Table::RevLog,
         Table::Events,
+        Table::Mirror,
     ];
 
     /// The one-byte prefix of the table's keys in engines that keep all
@@ -64,6 +69,7 @@ impl Table {
             Table::Refs => b'r',
             Table::RevLog => b'l',
             Table::Events => b'e',
+            Table::Mirror => b's',
         }
     }
 
@@ -75,6 +81,7 @@ impl Table {
             Table::Refs => "refs",
             Table::RevLog => "revlog",
             Table::Events => "events",
+            Table::Mirror => "mirror",
         }
     }
 }
@@ -232,6 +239,7 @@ mod tests {
         batch.put(Table::Blocks, b"b".to_vec(), b"2".to_vec());
         batch.put(Table::Refs, b"a".to_vec(), b"other table".to_vec());
         batch.put(Table::Meta, b"z".to_vec(), b"x".to_vec());
+        batch.put(Table::Mirror, b"b".to_vec(), b"mirrored".to_vec());
         engine.write(batch).unwrap();
         assert_eq!(
             engine.get(Table::Blocks, b"a").unwrap(),
@@ -260,6 +268,11 @@ mod tests {
         assert_eq!(from_b, vec![b"b".to_vec(), b"c".to_vec()]);
         // Scans stay inside their table.
         assert_eq!(engine.scan(Table::RevLog, b"").count(), 0);
+        assert_eq!(engine.scan(Table::Mirror, b"").count(), 1);
+        assert_eq!(
+            engine.get(Table::Mirror, b"b").unwrap(),
+            Some(b"mirrored".to_vec())
+        );
         assert_eq!(engine.scan(Table::Meta, b"").count(), 1);
 
         let mut batch = Batch::new();
@@ -274,6 +287,15 @@ mod tests {
             Some(b"last".to_vec())
         );
         engine.write(Batch::new()).unwrap();
+    }
+
+    #[test]
+    fn every_table_has_its_own_prefix_and_name() {
+        let prefixes: std::collections::BTreeSet<u8> =
+            Table::ALL.iter().map(|t| t.prefix()).collect();
+        let names: std::collections::BTreeSet<&str> = Table::ALL.iter().map(|t| t.name()).collect();
+        assert_eq!(prefixes.len(), Table::ALL.len());
+        assert_eq!(names.len(), Table::ALL.len());
     }
 
     #[test]

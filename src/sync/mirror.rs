@@ -1,7 +1,8 @@
 //! The mirror of the account's remote repository (DESIGN §7, replica role)
 //! and how it is brought up to the PDS's head.
 //!
-//! The mirror is kept in `sync.json` ([`SyncState`]): the remote head
+//! The mirror is kept in the store ([`SyncState`], rows of
+//! `Table::Mirror`, see [`super::stored`]): the remote head
 //! (commit CID, rev, data), and the key → CID of every remote record —
 //! `pushed` for `chat.gel.assistant.*`, `others` for every other
 //! collection. Bodies are kept only for our collections, and they live in
@@ -90,7 +91,7 @@ pub fn mirror_tree(entries: &BTreeMap<String, Cid>) -> Result<Mst<MemoryBlocks>,
     .map_err(|e| SyncError::from(RepoError::from(e)))
 }
 
-/// The mirror's MST kept in step with `sync.json`'s entries through a push:
+/// The mirror's MST kept in step with the mirror's entries through a push:
 /// built once from the state, then each acknowledged write is applied to
 /// it, so a batch's expected `data` costs O(batch · log N) instead of a
 /// rebuild over every mirrored record. Whoever holds one must apply every

@@ -16,8 +16,9 @@
 //! 3. merge ([`merge::merge`]): the `chat.gel.assistant.*` records other
 //!    devices changed are lexicon-checked and taken into the local store in
 //!    one commit; a key changed on both sides keeps the PDS's version and
-//!    the local one goes to `sync-conflicts.jsonl`. `sync.json` then holds
-//!    the new mirror (head, and key → CID of every remote record).
+//!    the local one goes to `sync-conflicts.jsonl`. The mirror in the store
+//!    ([`stored`]) then moves to the new head: the rows of the keys that
+//!    changed and the head, in one engine batch.
 //! 4. push ([`push`]): local records whose CID differs from the mirror's go
 //!    out in `applyWrites` batches (≤ 200 writes) with `swapCommit` = the
 //!    mirrored head, so a batch lands on exactly the repository mirrored
@@ -48,10 +49,10 @@ pub mod merge;
 pub mod mirror;
 pub mod progress;
 pub mod status;
+pub mod stored;
 
 use std::collections::BTreeMap;
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use atrium_api::com::atproto::repo::apply_writes;
 use atrium_api::types::string::{Nsid, RecordKey};
@@ -81,7 +82,8 @@ pub const MAX_BATCH: usize = 200;
 
 pub use batch::MAX_BATCH_BYTES;
 
-/// The pushed-marker file in the data folder.
+/// The file older versions kept the mirror in, in the data folder; now
+/// only read once, to take it into the store ([`stored`]).
 pub const STATE_FILE: &str = "sync.json";
 
 /// Why a sync failed. Local data is never changed by a failed sync (the
@@ -244,7 +246,9 @@ impl SyncError {
 
 /// The sync state and the mirror of the remote repository (see
 /// [`mirror`]): which account this store syncs with, the remote head the
-/// mirror is at, and the CID of every remote record.
+/// mirror is at, and the CID of every remote record. Kept in the store
+/// (`Table::Mirror` and `Meta` rows, see [`stored`]); this is the copy a
+/// run works on. (Serde: the `sync.json` format of older versions.)
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SyncState {
     /// The account's DID (set by the first sync).
@@ -262,47 +266,6 @@ pub struct SyncState {
     /// (keys and CIDs only; their bodies are not kept).
     #[serde(default)]
     pub others: BTreeMap<String, String>,
-}
-
-impl SyncState {
-    fn path(data: &Path) -> PathBuf {
-        data.join(STATE_FILE)
-    }
-
-    /// Reads the marker (empty if there is none).
-    pub fn load(data: &Path) -> Result<SyncState, SyncError> {
-        let path = Self::path(data);
-        match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| SyncError::Io {
-                what: format!("read {}", path.display()),
-                reason: e.to_string(),
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(SyncState::default()),
-            Err(e) => Err(SyncError::Io {
-                what: format!("read {}", path.display()),
-                reason: e.to_string(),
-            }),
-        }
-    }
-
-    /// Writes the marker atomically (temp file, fsync, rename).
-    pub fn save(&self, data: &Path) -> Result<(), SyncError> {
-        let path = Self::path(data);
-        let tmp = data.join(format!("{STATE_FILE}.tmp"));
-        let io = |e: std::io::Error| SyncError::Io {
-            what: format!("write {}", path.display()),
-            reason: e.to_string(),
-        };
-        let bytes = serde_json::to_vec_pretty(self).map_err(|e| SyncError::Io {
-            what: "encode the sync state".into(),
-            reason: e.to_string(),
-        })?;
-        let mut f = std::fs::File::create(&tmp).map_err(io)?;
-        f.write_all(&bytes).map_err(io)?;
-        f.sync_all().map_err(io)?;
-        std::fs::rename(&tmp, &path).map_err(io)?;
-        Ok(())
-    }
 }
 
 /// What a push did.
@@ -482,13 +445,13 @@ fn check_cid(key: &str, local: &Cid, remote: &str) -> Result<(), SyncError> {
 /// `applyWrites` batches pinned to the mirrored head (`swapCommit`). After
 /// each batch the PDS's new commit is fetched and its `data` must equal the
 /// root computed here over the mirror with the batch applied (DESIGN §7);
-/// the mirror (and `sync.json`) then moves to that commit. Counts go into
-/// `report` as batches land.
+/// the mirror then moves to that commit: the batch's rows and the new head
+/// in one store batch ([`SyncState::save_keys`]). Counts go into `report`
+/// as batches land.
 pub fn push(
     session: &Session,
     key: &PublicKey,
     repo: &Repository,
-    data: &Path,
     state: &mut SyncState,
     report: &mut PushReport,
 ) -> Result<(), SyncError> {
@@ -561,7 +524,7 @@ pub fn push(
                             Ok(head) => Some(head),
                             Err(e) => {
                                 state.remote = None;
-                                state.save(data)?;
+                                state.save_keys(repo, batch.iter().map(Op::key))?;
                                 return Err(e);
                             }
                         }
@@ -586,7 +549,7 @@ pub fn push(
             }
             Err(e) => return Err(e),
         }
-        state.save(data)?;
+        state.save_keys(repo, batch.iter().map(Op::key))?;
     }
     Ok(())
 }
@@ -675,7 +638,7 @@ fn push_one(
 
 pub(crate) fn parse_marker_cid(key: &str, cid: &str) -> Result<Cid, SyncError> {
     crate::model::parse_cid(cid).map_err(|e| SyncError::Io {
-        what: format!("read the pushed CID of {key} in {STATE_FILE}"),
+        what: format!("read the mirrored CID of {key}"),
         reason: e.to_string(),
     })
 }
@@ -766,7 +729,7 @@ pub struct SyncOptions {
 /// the linked one, resolves the signing key before anything is written,
 /// and links the store on first use.
 pub(crate) fn connect(
-    data: &Path,
+    repo: &Repository,
     opts: &SyncOptions,
     state: &mut SyncState,
     progress: std::sync::Arc<dyn Progress>,
@@ -785,7 +748,7 @@ pub(crate) fn connect(
     if state.did.is_none() {
         state.did = Some(session.did().to_owned());
         state.service = Some(session.service().to_owned());
-        state.save(data)?;
+        state.save_meta(repo)?;
     }
     Ok((session, key))
 }
@@ -825,6 +788,7 @@ fn pull_merge(
     }
     let old = mirror::mirror_entries(state)?;
     let m = merge::merge(data, repo, &old, &pulled)?;
+    let changed = stored::changed_keys(&old, &pulled.entries);
     let merged = &mut pulls.merged;
     merged.created += m.created;
     merged.updated += m.updated;
@@ -838,7 +802,7 @@ fn pull_merge(
     state.pushed = ours;
     state.others = others;
     state.remote = Some(pulled.head);
-    state.save(data)?;
+    state.save_keys(repo, changed)?;
     Ok(())
 }
 
@@ -861,14 +825,14 @@ pub fn sync_with_progress(
     progress: std::sync::Arc<dyn Progress>,
 ) -> Result<SyncReport, SyncError> {
     let mut repo = Repository::open(data)?;
-    let mut state = SyncState::load(data)?;
-    let (session, key) = connect(data, opts, &mut state, progress)?;
+    let mut state = SyncState::load(data, &repo)?;
+    let (session, key) = connect(&repo, opts, &mut state, progress)?;
     let mut pulls = Pulls::default();
     pull_merge(&session, &key, data, &mut repo, &mut state, &mut pulls)?;
     let mut push_report = PushReport::default();
     let mut attempt = 1;
     loop {
-        match push(&session, &key, &repo, data, &mut state, &mut push_report) {
+        match push(&session, &key, &repo, &mut state, &mut push_report) {
             Ok(()) => break,
             Err(SyncError::RemoteMoved) if attempt < PUSH_ATTEMPTS => {
                 attempt += 1;

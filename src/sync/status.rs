@@ -77,9 +77,9 @@ pub struct StatusReport {
 /// Compares the store in `data` with the PDS (see the module docs).
 pub fn status(data: &Path, opts: &SyncOptions) -> Result<StatusReport, SyncError> {
     let repo = Repository::open(data)?;
-    let mut state = SyncState::load(data)?;
+    let mut state = SyncState::load(data, &repo)?;
     let (session, key) = connect(
-        data,
+        &repo,
         opts,
         &mut state,
         std::sync::Arc::new(super::NoProgress),

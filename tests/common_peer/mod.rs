@@ -9,6 +9,11 @@
 
 #![allow(dead_code)]
 
+use std::path::Path;
+
+use gelstore::repo::repository::Repository;
+use gelstore::sync::SyncState;
+
 use crate::common_pds::Pds;
 use crate::common_serve::Serve;
 
@@ -223,4 +228,11 @@ pub fn ok(data: &std::path::Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// The sync mirror of the store in `data`, as the store holds it (the
+/// store is opened and closed again).
+pub fn mirror(data: &Path) -> SyncState {
+    let repo = Repository::open(data).unwrap();
+    SyncState::load(data, &repo).unwrap()
 }
