@@ -163,12 +163,18 @@ pub async fn get_blob(state: &Arc<AppState>, req: Request) -> Result<Response, X
     own_did(state, &req)?;
     let cid = parse_cid(req.required("cid")?)
         .map_err(|e| XrpcError::invalid_request(format!("cid: {e}")))?;
-    let blobs = state.blobs.clone();
-    let blob = tokio::task::spawn_blocking(move || blobs.get(&cid))
-        .await
-        .map_err(XrpcError::internal)?
-        .map_err(XrpcError::internal)?
-        .ok_or_else(|| XrpcError::named("BlobNotFound", "Blob not found"))?;
+    // Only blobs a record references are served: an upload no record took
+    // yet is temporary, and the reference PDS answers `InvalidRequest`
+    // "Blob not found" for it as for an unknown CID.
+    let blob = state
+        .with_core(move |core| {
+            if !core.blob_refs.is_referenced(&cid) {
+                return Ok(None);
+            }
+            core.blobs.get(&cid).map_err(XrpcError::internal)
+        })
+        .await?
+        .ok_or_else(|| XrpcError::invalid_request("Blob not found"))?;
     Ok((
         [
             (header::CONTENT_TYPE, blob.mime),
