@@ -22,7 +22,6 @@ use cid::Cid;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::account::write_private;
 use crate::model::parse_cid;
 use crate::repo::events::{Frame, decode_frame};
 use crate::repo::repository::{RepoError, Repository};
@@ -98,7 +97,16 @@ pub struct BlobRefs {
     by_record: BTreeMap<String, BTreeSet<Cid>>,
     /// How many records reference each blob.
     counts: HashMap<Cid, usize>,
+    /// The references changed since the file was written.
+    unsaved: bool,
+    /// The event the file reflects.
+    saved_seq: Option<u64>,
 }
+
+/// With references unchanged, the file is rewritten only every this many
+/// events: a start then catches up from the event log (which keeps 1000 by
+/// default) rather than rereading every record.
+const SAVE_EVERY: u64 = 256;
 
 impl BlobRefs {
     /// Loads the index of the data folder `data`, brought up to date with
@@ -116,6 +124,8 @@ impl BlobRefs {
             seq: None,
             by_record: BTreeMap::new(),
             counts: HashMap::new(),
+            unsaved: false,
+            saved_seq: None,
         };
         if file.and_then(|f| index.adopt(f)).is_none() {
             index.rebuild(repo)?;
@@ -130,6 +140,7 @@ impl BlobRefs {
     fn adopt(&mut self, file: IndexFile) -> Option<()> {
         self.head = Some(parse_cid(&file.head).ok()?);
         self.seq = file.seq;
+        self.saved_seq = file.seq;
         for (path, cids) in file.records {
             let cids: BTreeSet<Cid> = cids
                 .iter()
@@ -137,6 +148,7 @@ impl BlobRefs {
                 .collect::<Option<_>>()?;
             self.insert(path, cids);
         }
+        self.unsaved = false;
         Some(())
     }
 
@@ -147,28 +159,40 @@ impl BlobRefs {
 
     /// Brings the index up to the repository's head and returns the blobs
     /// that no record references any more (to delete: the commits that
-    /// dropped them are durable). Saves the file when it changed. On an
+    /// dropped them are durable). Saves the file when the references
+    /// changed (or every [`SAVE_EVERY`] events). On an
     /// error the index is left marked stale (the next call rebuilds) and
     /// nothing is returned, so nothing is deleted on a guess.
     pub fn catch_up(&mut self, repo: &Repository) -> Result<Vec<Cid>, RepoError> {
         if Some(repo.head().commit) == self.head {
             return Ok(Vec::new());
         }
-        let before: BTreeSet<Cid> = self.counts.keys().copied().collect();
+        // Candidates: blobs a re-read record stopped referencing (or, on a
+        // rebuild, every blob referenced before); kept if still referenced.
+        let mut dropped: Vec<Cid> = Vec::new();
         let result = match self.touched_paths(repo) {
-            Ok(Some(paths)) => self.reread(repo, paths),
-            Ok(None) => self.rebuild(repo),
+            Ok(Some(paths)) => self.reread(repo, paths, &mut dropped),
+            Ok(None) => {
+                dropped.extend(self.counts.keys().copied());
+                self.rebuild(repo)
+            }
             Err(e) => Err(e),
         };
         if let Err(e) = result {
             self.head = None;
             return Err(e);
         }
-        self.save();
-        Ok(before
-            .into_iter()
-            .filter(|c| !self.counts.contains_key(c))
-            .collect())
+        let behind = self
+            .seq
+            .unwrap_or(0)
+            .saturating_sub(self.saved_seq.unwrap_or(0));
+        if self.unsaved || behind >= SAVE_EVERY {
+            self.save();
+        }
+        dropped.sort();
+        dropped.dedup();
+        dropped.retain(|c| !self.is_referenced(c));
+        Ok(dropped)
     }
 
     /// The record paths of the events after the index's; `None` when the
@@ -198,9 +222,14 @@ impl BlobRefs {
     }
 
     /// Re-reads `paths` from the repository.
-    fn reread(&mut self, repo: &Repository, paths: BTreeSet<String>) -> Result<(), RepoError> {
+    fn reread(
+        &mut self,
+        repo: &Repository,
+        paths: BTreeSet<String>,
+        dropped: &mut Vec<Cid>,
+    ) -> Result<(), RepoError> {
         for path in paths {
-            self.remove(&path);
+            dropped.extend(self.remove(&path));
             let Some((collection, rkey)) = path.split_once('/') else {
                 continue;
             };
@@ -216,6 +245,7 @@ impl BlobRefs {
     fn rebuild(&mut self, repo: &Repository) -> Result<(), RepoError> {
         self.by_record.clear();
         self.counts.clear();
+        self.unsaved = true;
         let keys: Vec<String> = repo
             .list(None)?
             .map(|item| item.map(|(key, _)| key))
@@ -246,22 +276,31 @@ impl BlobRefs {
             *self.counts.entry(*cid).or_insert(0) += 1;
         }
         self.by_record.insert(path, cids);
+        self.unsaved = true;
     }
 
-    fn remove(&mut self, path: &str) {
-        for cid in self.by_record.remove(path).unwrap_or_default() {
-            if let Some(n) = self.counts.get_mut(&cid) {
+    /// Forgets `path`'s references; returns the blobs it referenced.
+    fn remove(&mut self, path: &str) -> BTreeSet<Cid> {
+        let Some(cids) = self.by_record.remove(path) else {
+            return BTreeSet::new();
+        };
+        self.unsaved = true;
+        for cid in &cids {
+            if let Some(n) = self.counts.get_mut(cid) {
                 *n -= 1;
                 if *n == 0 {
-                    self.counts.remove(&cid);
+                    self.counts.remove(cid);
                 }
             }
         }
+        cids
     }
 
-    /// Writes the file (atomically). A failed write is logged, not fatal:
-    /// the file is only a cache, and a stale one is caught up at start.
-    fn save(&self) {
+    /// Writes the file: a temporary file renamed over it, not fsynced. The
+    /// file is only a cache: a stale one is caught up at start, a torn or
+    /// empty one (a crash before the data reached the disk) rebuilt, so a
+    /// failed write is logged, not fatal, and no commit waits on a sync.
+    fn save(&mut self) {
         let Some(head) = self.head else { return };
         let file = IndexFile {
             version: VERSION,
@@ -273,11 +312,17 @@ impl BlobRefs {
                 .map(|(p, cids)| (p.clone(), cids.iter().map(Cid::to_string).collect()))
                 .collect(),
         };
+        let tmp = self.path.with_extension("json.tmp");
         let written = serde_json::to_vec(&file)
             .map_err(std::io::Error::other)
-            .and_then(|bytes| write_private(&self.path, &bytes));
-        if let Err(e) = written {
-            tracing::warn!("could not write {}: {e}", self.path.display());
+            .and_then(|bytes| std::fs::write(&tmp, bytes))
+            .and_then(|()| std::fs::rename(&tmp, &self.path));
+        match written {
+            Ok(()) => {
+                self.unsaved = false;
+                self.saved_seq = self.seq;
+            }
+            Err(e) => tracing::warn!("could not write {}: {e}", self.path.display()),
         }
     }
 }
@@ -346,8 +391,22 @@ mod tests {
         assert!(!index.is_referenced(&a));
 
         // Current file: loaded as is.
+        let (mut index, dropped) = BlobRefs::load(dir.path(), &repo).unwrap();
+        assert!(dropped.is_empty() && !index.is_referenced(&a));
+
+        // A commit that changes no reference does not rewrite the file; the
+        // next load catches up over it.
+        let file = std::fs::read(dir.path().join(BLOB_REFS_FILE)).unwrap();
+        repo.apply(&[Write::create("app.bsky.feed.post", "e", post("e", None))])
+            .unwrap();
+        assert!(index.catch_up(&repo).unwrap().is_empty());
+        assert_eq!(
+            std::fs::read(dir.path().join(BLOB_REFS_FILE)).unwrap(),
+            file
+        );
         let (index, dropped) = BlobRefs::load(dir.path(), &repo).unwrap();
         assert!(dropped.is_empty() && !index.is_referenced(&a));
+        assert_eq!(index.head, Some(repo.head().commit));
 
         // A corrupt file is rebuilt.
         std::fs::write(dir.path().join(BLOB_REFS_FILE), b"{not json").unwrap();
