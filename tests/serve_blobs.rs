@@ -5,6 +5,8 @@
 //! last record referencing it does; the references survive restarts and
 //! commits made while the server was down. Real server, raw HTTP.
 
+mod common_pds;
+mod common_peer;
 mod common_serve;
 
 use std::io::Write;
@@ -12,26 +14,76 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common_peer::on_both_peers;
 use common_serve::{PASSWORD, Serve, http};
 use serde_json::{Value, json};
 
 const NOTE: &str = "app.example.note";
 
+/// An account on a server, over raw HTTP.
+struct Client {
+    /// `host:port`.
+    addr: String,
+    did: String,
+    token: String,
+}
+
+/// A `gelstore serve` of these tests, with its client.
 struct Peer {
     serve: Serve,
-    token: String,
+    client: Client,
+}
+
+impl std::ops::Deref for Peer {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
 }
 
 impl Peer {
     fn new(serve: Serve) -> Peer {
-        let token = serve.access_token();
-        Peer { serve, token }
+        let client = Client {
+            addr: serve.addr(),
+            did: serve.did.clone(),
+            token: serve.access_token(),
+        };
+        Peer { serve, client }
+    }
+
+    /// Whether the blob's file is in the data folder.
+    fn stored(&self, blob: &Value) -> bool {
+        self.serve.data.join("blobs").join(cid(blob)).exists()
+    }
+}
+
+impl Client {
+    /// Logs in to the account of a peer (reference PDS or `gelstore serve`).
+    fn login(peer: &common_peer::Peer) -> Client {
+        let addr = peer
+            .service
+            .trim_start_matches("http://")
+            .replace("localhost", "127.0.0.1");
+        let body = json!({"identifier": peer.handle, "password": peer.password});
+        let r = http(
+            &addr,
+            "POST",
+            "/xrpc/com.atproto.server.createSession",
+            &[("content-type", "application/json")],
+            body.to_string().as_bytes(),
+        );
+        assert_eq!(r.status, 200, "createSession: {}", r.text());
+        Client {
+            addr,
+            did: peer.did.clone(),
+            token: r.json()["accessJwt"].as_str().unwrap().to_owned(),
+        }
     }
 
     fn post(&self, nsid: &str, ctype: &str, body: &[u8]) -> common_serve::Response {
         let bearer = format!("Bearer {}", self.token);
         http(
-            &self.serve.addr(),
+            &self.addr,
             "POST",
             &format!("/xrpc/{nsid}"),
             &[("content-type", ctype), ("authorization", bearer.as_str())],
@@ -54,7 +106,7 @@ impl Peer {
     fn put_note(&self, rkey: &str, blobs: &[&Value]) -> common_serve::Response {
         self.call(
             "com.atproto.repo.putRecord",
-            &json!({"repo": self.serve.did, "collection": NOTE, "rkey": rkey,
+            &json!({"repo": self.did, "collection": NOTE, "rkey": rkey,
                     "record": note(rkey, blobs)}),
         )
     }
@@ -62,18 +114,18 @@ impl Peer {
     fn delete_note(&self, rkey: &str) {
         let r = self.call(
             "com.atproto.repo.deleteRecord",
-            &json!({"repo": self.serve.did, "collection": NOTE, "rkey": rkey}),
+            &json!({"repo": self.did, "collection": NOTE, "rkey": rkey}),
         );
         assert_eq!(r.status, 200, "deleteRecord: {}", r.text());
     }
 
     fn get_blob(&self, blob: &Value) -> common_serve::Response {
         http(
-            &self.serve.addr(),
+            &self.addr,
             "GET",
             &format!(
                 "/xrpc/com.atproto.sync.getBlob?did={}&cid={}",
-                enc(&self.serve.did),
+                enc(&self.did),
                 cid(blob)
             ),
             &[],
@@ -83,11 +135,11 @@ impl Peer {
 
     fn head(&self) -> String {
         let r = http(
-            &self.serve.addr(),
+            &self.addr,
             "GET",
             &format!(
                 "/xrpc/com.atproto.sync.getLatestCommit?did={}",
-                enc(&self.serve.did)
+                enc(&self.did)
             ),
             &[],
             b"",
@@ -98,11 +150,11 @@ impl Peer {
 
     fn note_keys(&self) -> Vec<String> {
         let r = http(
-            &self.serve.addr(),
+            &self.addr,
             "GET",
             &format!(
                 "/xrpc/com.atproto.repo.listRecords?repo={}&collection={NOTE}",
-                enc(&self.serve.did)
+                enc(&self.did)
             ),
             &[],
             b"",
@@ -122,10 +174,6 @@ impl Peer {
                     .to_owned()
             })
             .collect()
-    }
-
-    fn stored(&self, blob: &Value) -> bool {
-        self.serve.data.join("blobs").join(cid(blob)).exists()
     }
 }
 
@@ -150,7 +198,7 @@ fn bytes(seed: u8, len: usize) -> Vec<u8> {
 }
 
 #[track_caller]
-fn expect_blob(peer: &Peer, blob: &Value, want: &[u8]) {
+fn expect_blob(peer: &Client, blob: &Value, want: &[u8]) {
     let r = peer.get_blob(blob);
     assert_eq!(r.status, 200, "getBlob: {}", r.text());
     assert_eq!(r.body, want);
@@ -158,7 +206,7 @@ fn expect_blob(peer: &Peer, blob: &Value, want: &[u8]) {
 
 /// What the reference PDS answers for a blob it does not serve.
 #[track_caller]
-fn expect_no_blob(peer: &Peer, blob: &Value) {
+fn expect_no_blob(peer: &Client, blob: &Value) {
     let r = peer.get_blob(blob);
     assert_eq!(
         (r.status, r.error().as_str(), r.json()["message"].as_str()),
@@ -182,6 +230,42 @@ fn start(data: &Path, listen: &str, window_secs: &str) -> Peer {
         PASSWORD,
     ))
 }
+
+/// The answers `gelstore serve` shares with the reference PDS, checked on
+/// both: a temporary upload is not served; unknown, mistyped and missized
+/// references are refused by the same names; a shared blob outlives one of
+/// its records and not the last.
+fn blob_answers_match_the_reference(peer: common_peer::Peer) {
+    let client = Client::login(&peer);
+    let (a_bytes, b_bytes) = (bytes(11, 700), bytes(12, 300));
+    let a = client.upload(&a_bytes, "text/plain");
+    assert_eq!(a["size"], 700);
+    expect_no_blob(&client, &a);
+    let ghost = json!({"$type": "blob", "mimeType": "text/plain", "size": 5,
+        "ref": {"$link": "bafkreibme22gw2h7y2h7tg2fhqotaqjucnbc24deqo72b6mkl2egezxhvy"}});
+    let r = client.put_note("ghost", &[&ghost]);
+    expect_error(&r, "BlobNotFound");
+    let mut wrong_type = a.clone();
+    wrong_type["mimeType"] = "image/png".into();
+    expect_error(&client.put_note("t", &[&wrong_type]), "InvalidMimeType");
+    let mut wrong_size = a.clone();
+    wrong_size["size"] = 701.into();
+    expect_error(&client.put_note("s", &[&wrong_size]), "InvalidSize");
+    assert!(client.note_keys().is_empty());
+
+    assert_eq!(client.put_note("one", &[&a]).status, 200);
+    expect_blob(&client, &a, &a_bytes);
+    let b = client.upload(&b_bytes, "text/plain");
+    assert_eq!(client.put_note("two", &[&a, &b]).status, 200);
+    client.delete_note("one");
+    expect_blob(&client, &a, &a_bytes);
+    expect_blob(&client, &b, &b_bytes);
+    client.delete_note("two");
+    expect_no_blob(&client, &a);
+    expect_no_blob(&client, &b);
+}
+
+on_both_peers!(blob_answers_match_the_reference);
 
 #[test]
 fn a_blob_lives_while_a_record_references_it() {
