@@ -318,6 +318,14 @@ fn a_blob_lives_while_a_record_references_it() {
     let mut wrong_size = b.clone();
     wrong_size["size"] = 501.into();
     expect_error(&peer.put_note("s", &[&wrong_size]), "InvalidSize");
+    // A malformed ref is refused by the data-model check before its blob
+    // is looked up (the reference PDS, less strict, stores such a map in
+    // an unknown collection as plain data).
+    let mut no_size = ghost.clone();
+    no_size.as_object_mut().unwrap().remove("size");
+    let r = peer.put_note("m", &[&no_size]);
+    expect_error(&r, "InvalidRequest");
+    assert!(r.text().contains("missing size"), "{}", r.text());
     assert_eq!(peer.head(), head);
     assert_eq!(peer.note_keys(), keys);
     assert!(peer.stored(&b), "a refused write deletes nothing");

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::server::require_access;
 use crate::model::parse_cid;
-use crate::repo::records::known_lexicons;
+use crate::repo::records::{known_lexicons, prepare_record};
 use crate::repo::repository::{CommitInfo, RepoError, Write};
 use crate::server::blob_refs::blob_refs_in;
 use crate::server::error::XrpcError;
@@ -220,7 +220,15 @@ fn check_blob_refs(core: &Core, writes: &[Write]) -> Result<(), XrpcError> {
             Write::Create { value, .. } | Write::Update { value, .. } => value,
             Write::Delete { .. } => continue,
         };
-        for r in blob_refs_in(value) {
+        let refs = blob_refs_in(value);
+        if refs.is_empty() {
+            continue;
+        }
+        // A record that is invalid anyway gets that error, as the reference
+        // PDS validates before it looks at blobs (a malformed blob ref is
+        // `InvalidRecord`/`InvalidRequest`, not `BlobNotFound`).
+        prepare_record(w.collection(), w.rkey(), value).map_err(RepoError::from)?;
+        for r in refs {
             if core.blob_refs.is_referenced(&r.cid) {
                 continue;
             }
