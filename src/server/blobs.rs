@@ -84,15 +84,6 @@ impl Drop for Staged {
     }
 }
 
-/// What [`BlobStore::sweep`] removed.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Swept {
-    /// Unreferenced blobs older than the window.
-    pub blobs: Vec<Cid>,
-    /// Stale temporary files.
-    pub tmp_files: usize,
-}
-
 impl BlobStore {
     /// The store in `DATA/blobs` (created on first write).
     pub fn new(data: &Path) -> Self {
@@ -187,25 +178,16 @@ impl BlobStore {
         Ok(())
     }
 
-    /// Deletes every blob `referenced` rejects whose file is older than
-    /// `window`, and temporary files left by crashed uploads. Runs under
-    /// the repository lock, with the blob index current.
-    pub fn sweep(
-        &self,
-        referenced: impl Fn(&Cid) -> bool,
-        window: Duration,
-    ) -> std::io::Result<Swept> {
-        let mut swept = Swept::default();
+    /// The blobs whose files are older than `window` (candidates for the
+    /// sweep; read without the lock, so the listing never stalls commits),
+    /// removing temporary files crashed uploads left.
+    pub fn older_than(&self, window: Duration) -> std::io::Result<Vec<Cid>> {
         let entries = match fs::read_dir(&self.dir) {
             Ok(e) => e,
-            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(swept),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(e),
         };
-        let now = SystemTime::now();
-        let age = |path: &Path| -> Option<Duration> {
-            let modified = fs::metadata(path).and_then(|m| m.modified()).ok()?;
-            Some(now.duration_since(modified).unwrap_or_default())
-        };
+        let mut old = Vec::new();
         for entry in entries {
             let path = entry?.path();
             let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
@@ -214,18 +196,38 @@ impl BlobStore {
             if name.ends_with(".tmp") {
                 if age(&path).is_some_and(|a| a > STALE_TMP.max(window)) {
                     let _ = fs::remove_file(&path);
-                    swept.tmp_files += 1;
                 }
                 continue;
             }
-            let Ok(cid) = parse_cid(name) else { continue };
-            if !referenced(&cid) && age(&path).is_some_and(|a| a >= window) {
-                self.delete(&cid)?;
-                swept.blobs.push(cid);
+            if let Ok(cid) = parse_cid(name)
+                && age(&path).is_some_and(|a| a >= window)
+            {
+                old.push(cid);
             }
         }
-        Ok(swept)
+        Ok(old)
     }
+
+    /// Deletes the blob with `cid` if its file is (still) older than
+    /// `window`: an upload since the listing renewed it. Under the lock,
+    /// for a blob no record references.
+    pub fn delete_if_older(&self, cid: &Cid, window: Duration) -> std::io::Result<bool> {
+        if age(&self.path(cid)).is_some_and(|a| a >= window) {
+            self.delete(cid)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+/// How long ago the file at `path` was last modified (`None` if it is gone).
+fn age(path: &Path) -> Option<Duration> {
+    let modified = fs::metadata(path).and_then(|m| m.modified()).ok()?;
+    Some(
+        SystemTime::now()
+            .duration_since(modified)
+            .unwrap_or_default(),
+    )
 }
 
 fn read_mime(path: &Path) -> String {
@@ -259,7 +261,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sweep_keeps_referenced_and_young_blobs() {
+    fn only_old_blobs_are_swept() {
         let dir = tempfile::tempdir().unwrap();
         let store = BlobStore::new(dir.path());
         let a = store.stage(b"a").unwrap();
@@ -268,12 +270,24 @@ mod tests {
         let b = store.stage(b"b").unwrap();
         let cid_b = b.cid;
         store.place(b, "text/plain", false).unwrap();
-        // Young: nothing goes.
-        let swept = store.sweep(|_| false, Duration::from_secs(60)).unwrap();
-        assert!(swept.blobs.is_empty());
-        // Old enough: only the unreferenced one goes.
-        let swept = store.sweep(|c| *c == cid_a, Duration::ZERO).unwrap();
-        assert_eq!(swept.blobs, vec![cid_b]);
+        // Young: nothing is old enough.
+        assert!(
+            store
+                .older_than(Duration::from_secs(60))
+                .unwrap()
+                .is_empty()
+        );
+        let mut old = store.older_than(Duration::ZERO).unwrap();
+        old.sort();
+        let mut both = vec![cid_a, cid_b];
+        both.sort();
+        assert_eq!(old, both);
+        assert!(
+            !store
+                .delete_if_older(&cid_b, Duration::from_secs(60))
+                .unwrap()
+        );
+        assert!(store.delete_if_older(&cid_b, Duration::ZERO).unwrap());
         assert!(store.get(&cid_a).unwrap().is_some());
         assert!(store.meta(&cid_b).unwrap().is_none());
         // No temporary file is left behind by uploads.

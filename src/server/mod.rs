@@ -309,27 +309,50 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
 }
 
 /// Deletes the blobs in `dropped` that are still unreferenced, then every
-/// unreferenced blob older than `window` (under the repository lock, so no
-/// commit checks a reference in between).
+/// unreferenced blob older than `window`. The folder is listed without the
+/// lock; each deletion is decided under it, so no commit checks a
+/// reference, and no upload renews a blob, in between.
 async fn sweep_blobs(state: &Arc<AppState>, dropped: Vec<cid::Cid>, window: std::time::Duration) {
+    let blobs = state.blobs.clone();
+    let old = match tokio::task::spawn_blocking(move || blobs.older_than(window)).await {
+        Ok(Ok(old)) => old,
+        Ok(Err(e)) => {
+            tracing::warn!("blob sweep: could not list the blobs: {e}");
+            Vec::new()
+        }
+        Err(e) => {
+            tracing::warn!("blob sweep: {e}");
+            Vec::new()
+        }
+    };
+    if old.is_empty() && dropped.is_empty() {
+        return;
+    }
     let swept = state
         .with_core(move |core| {
+            let mut deleted = 0;
             for cid in dropped {
                 if !core.blob_refs.is_referenced(&cid) {
                     core.blobs.delete(&cid).map_err(XrpcError::internal)?;
+                    deleted += 1;
                 }
             }
-            let refs = &core.blob_refs;
-            core.blobs
-                .sweep(|cid| refs.is_referenced(cid), window)
-                .map_err(XrpcError::internal)
+            for cid in old {
+                if !core.blob_refs.is_referenced(&cid)
+                    && core
+                        .blobs
+                        .delete_if_older(&cid, window)
+                        .map_err(XrpcError::internal)?
+                {
+                    deleted += 1;
+                }
+            }
+            Ok(deleted)
         })
         .await;
     match swept {
-        Ok(s) if !s.blobs.is_empty() => {
-            tracing::info!("deleted {} unreferenced blobs", s.blobs.len())
-        }
-        Ok(_) => {}
+        Ok(0) => {}
+        Ok(n) => tracing::info!("deleted {n} unreferenced blobs"),
         Err(e) => tracing::warn!("blob sweep failed: {}", e.message),
     }
 }
