@@ -101,6 +101,11 @@ pub struct BlobRefs {
     unsaved: bool,
     /// The event the file reflects.
     saved_seq: Option<u64>,
+    /// The record paths of commits made by the caller (commit CID → paths):
+    /// a `tooBig` event carries no ops, and these spare a rebuild.
+    hints: HashMap<Cid, Vec<String>>,
+    /// How many times the index was rebuilt from every record (logged).
+    rebuilds: u64,
 }
 
 /// With references unchanged, the file is rewritten only every this many
@@ -126,6 +131,8 @@ impl BlobRefs {
             counts: HashMap::new(),
             unsaved: false,
             saved_seq: None,
+            hints: HashMap::new(),
+            rebuilds: 0,
         };
         if file.and_then(|f| index.adopt(f)).is_none() {
             index.rebuild(repo)?;
@@ -152,6 +159,13 @@ impl BlobRefs {
         Some(())
     }
 
+    /// Tells the index which record paths the commit `commit` changed, for
+    /// when its event is too big to list them (used by the next
+    /// [`catch_up`](Self::catch_up), then forgotten).
+    pub fn hint(&mut self, commit: Cid, paths: impl IntoIterator<Item = String>) {
+        self.hints.insert(commit, paths.into_iter().collect());
+    }
+
     /// Whether some record references `cid`.
     pub fn is_referenced(&self, cid: &Cid) -> bool {
         self.counts.contains_key(cid)
@@ -170,7 +184,9 @@ impl BlobRefs {
         // Candidates: blobs a re-read record stopped referencing (or, on a
         // rebuild, every blob referenced before); kept if still referenced.
         let mut dropped: Vec<Cid> = Vec::new();
-        let result = match self.touched_paths(repo) {
+        let touched = self.touched_paths(repo);
+        self.hints.clear();
+        let result = match touched {
             Ok(Some(paths)) => self.reread(repo, paths, &mut dropped),
             Ok(None) => {
                 dropped.extend(self.counts.keys().copied());
@@ -214,7 +230,11 @@ impl BlobRefs {
                 Ok(Frame::Commit(c)) if !c.too_big => {
                     paths.extend(c.ops.into_iter().map(|op| op.path));
                 }
-                Ok(Frame::Commit(_)) | Err(_) => return Ok(None),
+                Ok(Frame::Commit(c)) => match self.hints.get(&c.commit) {
+                    Some(hinted) => paths.extend(hinted.iter().cloned()),
+                    None => return Ok(None),
+                },
+                Err(_) => return Ok(None),
                 Ok(_) => {}
             }
         }
@@ -250,6 +270,8 @@ impl BlobRefs {
             .list(None)?
             .map(|item| item.map(|(key, _)| key))
             .collect::<Result<_, _>>()?;
+        self.rebuilds += 1;
+        tracing::info!("blob index: rebuilding from {} records", keys.len());
         for key in keys {
             let Some((collection, rkey)) = key.split_once('/') else {
                 continue;
@@ -416,7 +438,31 @@ mod tests {
             post("four", Some(A)),
         )])
         .unwrap();
-        let (index, _) = BlobRefs::load(dir.path(), &repo).unwrap();
+        let (mut index, _) = BlobRefs::load(dir.path(), &repo).unwrap();
         assert!(index.is_referenced(&a));
+        assert_eq!(index.rebuilds, 1);
+
+        // A commit too big for its event to list its ops: the caller's hint
+        // spares a rebuild; without one the index rebuilds. Both are right.
+        let many = |tag: &str, blob: Option<&str>| -> Vec<Write> {
+            (0..=crate::repo::events::MAX_OPS)
+                .map(|i| {
+                    let b = if i == 0 { blob } else { None };
+                    Write::create("app.bsky.feed.post", format!("{tag}{i}"), post(tag, b))
+                })
+                .collect()
+        };
+        repo.apply(&[Write::delete("app.bsky.feed.post", "c")])
+            .unwrap();
+        let info = repo.apply(&many("x", Some(A))).unwrap();
+        index.hint(info.head.commit, info.ops.iter().map(|op| op.key.clone()));
+        assert!(index.catch_up(&repo).unwrap().is_empty());
+        assert!(index.is_referenced(&a));
+        assert_eq!(index.rebuilds, 1);
+        repo.apply(&many("y", None)).unwrap();
+        repo.apply(&[Write::delete("app.bsky.feed.post", "x0")])
+            .unwrap();
+        assert_eq!(index.catch_up(&repo).unwrap(), vec![a]);
+        assert_eq!(index.rebuilds, 2);
     }
 }
