@@ -506,3 +506,65 @@ fn concurrent_writers_each_land_exactly_once() {
     expected.sort();
     assert_eq!(peer.notes(), expected);
 }
+
+/// Behind a proxy: `--public-url` names what clients use (the DID document's
+/// endpoint and a new account's did:web), while commands on this machine
+/// still reach the listen address. A URL a did:web cannot name is refused.
+#[test]
+fn a_public_url_names_the_service_and_the_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let listen = format!("127.0.0.1:{port}");
+    let serve = Serve::start_at(
+        &data,
+        &listen,
+        &["--public-url", "https://PDS.example.test/"],
+    );
+    assert_eq!(serve.service, "https://pds.example.test");
+    assert_eq!(serve.did, "did:web:pds.example.test");
+    let doc = common_serve::http(&listen, "GET", "/.well-known/did.json", &[], b"").json();
+    assert_eq!(doc["id"], "did:web:pds.example.test");
+    assert_eq!(
+        doc["service"][0]["serviceEndpoint"],
+        "https://pds.example.test"
+    );
+    let marker: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(data.join("serve.json")).unwrap()).unwrap();
+    assert_eq!(marker["url"], format!("http://localhost:{port}"));
+    let ls = Command::new(env!("CARGO_BIN_EXE_gelstore"))
+        .arg("--data")
+        .arg(&data)
+        .args(["repo", "ls"])
+        .output()
+        .unwrap();
+    assert!(
+        ls.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ls.stderr)
+    );
+    drop(serve);
+
+    let refused = Command::new(env!("CARGO_BIN_EXE_gelstore"))
+        .arg("--data")
+        .arg(dir.path().join("other"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--public-url",
+            "https://10.0.0.1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("not an IP address"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}

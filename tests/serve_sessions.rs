@@ -22,7 +22,9 @@ use common_serve::{Response, Serve, http};
 
 /// `host:port` of a service URL.
 fn addr(service: &str) -> String {
-    service.trim_start_matches("http://").to_owned()
+    service
+        .trim_start_matches("http://")
+        .replace("localhost", "127.0.0.1")
 }
 
 fn login(service: &str, identifier: &str, password: &str) -> Value {
@@ -284,4 +286,57 @@ fn gelstore_sync_refreshes_twice_in_one_run_with_the_rotated_token() {
     assert_eq!(proxy.expired("com.atproto.sync.getRepo"), 1);
     assert_eq!(proxy.seen("com.atproto.server.refreshSession"), 2);
     assert!(report.pull.data_matches, "{report:?}");
+}
+
+/// Password guessing is limited with the reference PDS's figures: after 30
+/// failed attempts in 5 minutes every attempt is refused, the right
+/// password too, with `RateLimitExceeded` (429) — while successful logins
+/// (a frequent `gelstore sync`) never count.
+#[test]
+fn thirty_wrong_passwords_lock_the_account_for_a_while() {
+    let serve = Serve::start();
+    let attempt = |password: &str| {
+        http(
+            &addr(&serve.service),
+            "POST",
+            "/xrpc/com.atproto.server.createSession",
+            &[("content-type", "application/json")],
+            json!({"identifier": serve.handle, "password": password})
+                .to_string()
+                .as_bytes(),
+        )
+    };
+    // Two at a time (the server hashes two at once): 31 good logins, then
+    // 30 failures.
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                for _ in 0..16 {
+                    login(&serve.service, &serve.handle, &serve.password);
+                }
+            });
+        }
+    });
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                for _ in 0..15 {
+                    expect_error(&attempt("wrong"), 401, "AuthenticationRequired");
+                }
+            });
+        }
+    });
+    let locked = attempt("wrong");
+    expect_error(&locked, 429, "RateLimitExceeded");
+    assert!(locked.text().contains("try again in"), "{}", locked.text());
+    expect_error(&attempt(&serve.password), 429, "RateLimitExceeded");
+    // Everything else keeps working, sessions made before included.
+    let r = http(
+        &addr(&serve.service),
+        "GET",
+        "/xrpc/com.atproto.server.describeServer",
+        &[],
+        b"",
+    );
+    assert_eq!(r.status, 200);
 }

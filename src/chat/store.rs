@@ -200,6 +200,9 @@ pub struct ChatStore {
     waiting: BTreeMap<String, IndexEntry>,
     /// How the index was loaded: `true` if it was rebuilt from records.
     rebuilt: bool,
+    /// Others wrote since the index was loaded ([`ChatStore::refresh`]):
+    /// reload it before the next use.
+    index_stale: bool,
 }
 
 impl std::fmt::Debug for ChatStore {
@@ -223,6 +226,7 @@ impl ChatStore {
             clock: TidClock::new(),
             waiting: BTreeMap::new(),
             rebuilt: false,
+            index_stale: false,
         };
         store.load_index()?;
         Ok(store)
@@ -356,6 +360,7 @@ impl ChatStore {
         attempt: Attempt,
         ask: bool,
     ) -> Result<Tid> {
+        self.ensure_index()?;
         self.chat(chat)?;
         if let Some(p) = parent {
             let missing = || ChatStoreError::NoParent {
@@ -413,6 +418,7 @@ impl ChatStore {
     /// to the one the user message asks for. Returns what
     /// [`ChatStore::finish_reply`] needs.
     pub fn start_reply(&mut self, message: Tid, attempt: Option<Attempt>) -> Result<PendingReply> {
+        self.ensure_index()?;
         let (user, _) = self.message(&message.to_string())?;
         if user.role != MessageRole::User {
             return Err(ChatStoreError::NotAUserMessage {
@@ -464,6 +470,7 @@ impl ChatStore {
         pending: &PendingReply,
         finished: &FinishedReply,
     ) -> Result<Cid> {
+        self.ensure_index()?;
         if finished.key != pending.key {
             return Err(invalid(
                 "finished reply",
@@ -637,11 +644,23 @@ impl ChatStore {
 
     /// Follows writes made around this store (a server applying its
     /// clients' writes through [`ChatStore::repo_mut`], a sync): if the
-    /// repository moved, the keyring is re-derived and the approval index
-    /// reloaded (rebuilt if stale).
+    /// repository moved, the keyring is re-derived, and the approval index
+    /// is reloaded (rebuilt if stale) before its next use — not now: a
+    /// server refreshes before every read, and most reads never need it.
     pub fn refresh(&mut self) -> Result<()> {
         if self.device.reload_if_moved()? {
+            self.index_stale = true;
+        }
+        Ok(())
+    }
+
+    /// Reloads the approval index if others wrote since it was loaded.
+    /// Every path that reads or changes the index calls this first (before
+    /// its own commit, so a reload sees the records it missed).
+    fn ensure_index(&mut self) -> Result<()> {
+        if self.index_stale {
             self.load_index()?;
+            self.index_stale = false;
         }
         Ok(())
     }
@@ -740,7 +759,8 @@ impl ChatStore {
 
     /// The replies waiting for an approval answer, across all chats, from
     /// the index.
-    pub fn approvals(&self) -> Result<Vec<WaitingApproval>> {
+    pub fn approvals(&mut self) -> Result<Vec<WaitingApproval>> {
+        self.ensure_index()?;
         let mut out = Vec::with_capacity(self.waiting.len());
         for e in self.waiting.values() {
             let (m, _) = self.message(&e.reply)?;
@@ -753,6 +773,14 @@ impl ChatStore {
             });
         }
         Ok(out)
+    }
+
+    /// The waiting calls of reply `reply`, opened (`None` if it does not
+    /// open here): one reply, without the index.
+    pub fn waiting_calls(&self, reply: &str) -> Result<Option<Vec<WaitingCall>>> {
+        let (m, _) = self.message(reply)?;
+        let (content, _) = self.open_content(reply, &m);
+        Ok(content.as_ref().map(calls_of))
     }
 
     /// Writes the answer to the waiting reply `reply`: a user message

@@ -492,7 +492,7 @@ fn render(c: &PlainContent) -> Vec<String> {
 }
 
 fn approvals(data: &Path, format: Format) -> Result<()> {
-    let store = ChatStore::open(data)?;
+    let mut store = ChatStore::open(data)?;
     if store.index_rebuilt() {
         eprintln!("(the approval index was rebuilt from the records)");
     }

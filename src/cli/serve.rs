@@ -15,6 +15,12 @@ pub struct ServeArgs {
     /// The address to listen on (port 0: any free port).
     #[arg(long, default_value = DEFAULT_LISTEN)]
     listen: SocketAddr,
+    /// The URL clients reach this server at, if not the listen address (a
+    /// TLS proxy in front: https://pds.example.com). It is the service
+    /// endpoint in the DID document, and a new account's did:web
+    /// (did:web:pds.example.com).
+    #[arg(long, value_name = "URL")]
+    public_url: Option<String>,
     /// The account's handle (default for a new account: gelstore.test).
     #[arg(long)]
     handle: Option<String>,
@@ -64,6 +70,7 @@ pub fn run(data: &Path, args: ServeArgs) -> Outcome {
         listen: args.listen,
         handle: args.handle,
         plc: args.plc,
+        public_url: args.public_url,
         assistant: args.assistant.map(|command| server::AssistantOptions {
             command,
             approve_tools: args.approve_tools,
@@ -91,6 +98,7 @@ pub fn run(data: &Path, args: ServeArgs) -> Outcome {
             server::ServeError::Account(_)
             | server::ServeError::ReadOnly(_)
             | server::ServeError::Assistant(_)
+            | server::ServeError::Setting(_)
             | server::ServeError::Plc(server::PlcError::Refused { .. }) => {
                 Failure::input(e.to_string())
             }

@@ -67,6 +67,18 @@ impl XrpcError {
         )
     }
 
+    /// 429 `RateLimitExceeded`, saying when to try again.
+    pub fn rate_limited(retry_after: std::time::Duration) -> Self {
+        Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "RateLimitExceeded",
+            format!(
+                "Rate Limit Exceeded: try again in {} s",
+                retry_after.as_secs().max(1)
+            ),
+        )
+    }
+
     /// 413 `PayloadTooLarge`.
     pub fn payload_too_large(limit: usize) -> Self {
         Self::new(

@@ -31,6 +31,44 @@ pub fn service_for(addr: SocketAddr) -> (String, String) {
     (service, did)
 }
 
+/// The service URL and did:web of `--public-url URL`: the address clients
+/// use (a TLS proxy in front, say), `http` or `https`, a host name and an
+/// optional port, no path. The did:web is the host, with the port
+/// percent-encoded if one is given.
+pub fn service_for_url(url: &str) -> Result<(String, String), String> {
+    let bad = |why: &str| format!("--public-url {url:?}: {why}");
+    let parsed = reqwest::Url::parse(url).map_err(|e| bad(&e.to_string()))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(bad("must be http or https"));
+    }
+    // `domain()` is the host when it is a name, not an IP address.
+    let host = match (parsed.domain(), parsed.host_str()) {
+        (Some(d), _) => d.to_ascii_lowercase(),
+        (None, Some(_)) => {
+            return Err(bad(
+                "must name a host, not an IP address (a did:web needs one)",
+            ));
+        }
+        (None, None) => return Err(bad("has no host")),
+    };
+    if parsed.path() != "/" || parsed.query().is_some() || parsed.fragment().is_some() {
+        return Err(bad("must have no path, query or fragment"));
+    }
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return Err(bad("must have no user or password"));
+    }
+    Ok(match parsed.port() {
+        Some(port) => (
+            format!("{}://{host}:{port}", parsed.scheme()),
+            format!("did:web:{host}%3A{port}"),
+        ),
+        None => (
+            format!("{}://{host}", parsed.scheme()),
+            format!("did:web:{host}"),
+        ),
+    })
+}
+
 /// The DID document: the signing key as `#atproto` (Multikey), the handle
 /// as `at://` alias, and this server as `#atproto_pds`.
 pub fn did_document(did: &str, handle: &str, key: &PublicKey, service: &str) -> Value {
@@ -53,6 +91,40 @@ pub fn did_document(did: &str, handle: &str, key: &PublicKey, service: &str) -> 
             "serviceEndpoint": service,
         }]
     })
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::service_for_url;
+
+    #[test]
+    fn public_urls() {
+        assert_eq!(
+            service_for_url("https://PDS.example.com/").unwrap(),
+            (
+                "https://pds.example.com".into(),
+                "did:web:pds.example.com".into()
+            )
+        );
+        assert_eq!(
+            service_for_url("http://localhost:8080").unwrap(),
+            (
+                "http://localhost:8080".into(),
+                "did:web:localhost%3A8080".into()
+            )
+        );
+        for bad in [
+            "ftp://example.com",
+            "https://10.0.0.1",
+            "https://[::1]:80",
+            "https://example.com/pds",
+            "https://example.com/?a=b",
+            "https://u:p@example.com",
+            "example.com",
+        ] {
+            assert!(service_for_url(bad).is_err(), "{bad}");
+        }
+    }
 }
 
 #[cfg(test)]

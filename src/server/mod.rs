@@ -15,6 +15,8 @@
 //! | `plc` | `--plc`: a did:plc genesis operation registered with a PLC directory |
 //! | `blobs` | uploaded blobs, one file each; the sweep of unreferenced ones |
 //! | `blob_refs` | `blob-refs.json`: which records reference which blobs, derived from the repository |
+//! | `chat_index` | the message records' clear fields for the chat queries, kept current from the event log |
+//! | `ratelimit` | failed password attempts (createSession), limited with the reference's figures |
 //! | `firehose` | `subscribeRepos`: the `#commit` event log over a websocket |
 //! | `running` | `serve.json`: tells other `gelstore` commands a server holds the folder |
 
@@ -23,10 +25,12 @@ mod assistant;
 mod auth;
 mod blob_refs;
 mod blobs;
+mod chat_index;
 mod error;
 mod firehose;
 mod identity;
 mod plc;
+mod ratelimit;
 mod routes;
 pub mod running;
 mod sessions;
@@ -78,6 +82,10 @@ pub struct ServeOptions {
     /// A PLC directory: a new repository gets a did:plc registered there
     /// instead of a did:web.
     pub plc: Option<String>,
+    /// The URL clients reach this server at, when it is not the listen
+    /// address (a proxy in front): the service endpoint, and the did:web
+    /// of a new account.
+    pub public_url: Option<String>,
     /// Run the assistant: the folder holds a device of the account, and
     /// pending replies are generated with this model command.
     pub assistant: Option<AssistantOptions>,
@@ -154,7 +162,20 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
             source,
         })?;
     let addr = listener.local_addr()?;
-    let (service, web_did) = identity::service_for(addr);
+    // What clients use (the DID document, the ready line), and what this
+    // machine's own commands use (`serve.json`).
+    let local_service = identity::service_for(addr).0;
+    let (service, web_did) = match &options.public_url {
+        Some(url) => identity::service_for_url(url).map_err(ServeError::Setting)?,
+        None => {
+            if !addr.ip().is_loopback() {
+                eprintln!(
+                    "note: listening on {addr} without --public-url: the account's did:web names an IP address, which clients cannot resolve; give the host name clients use with --public-url"
+                );
+            }
+            identity::service_for(addr)
+        }
+    };
 
     let (account, note) = Account::load_or_create(
         &data,
@@ -181,7 +202,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
             plc::save_directory(&data, &did, plc)?;
             did
         }
-        _ => web_did,
+        _ => web_did.clone(),
     };
     let open_data = data.clone();
     let repo = tokio::task::spawn_blocking(move || Repository::init_as(&open_data, &did))
@@ -191,7 +212,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     if !repo.is_writable() {
         return Err(ServeError::ReadOnly(data.display().to_string()));
     }
-    if !repo.did().starts_with("did:plc:") && identity::service_for(addr).1 != repo.did() {
+    if !repo.did().starts_with("did:plc:") && web_did != repo.did() {
         eprintln!(
             "note: this store's DID is {}, not the did:web of {service}; clients that resolve the DID will not find this server",
             repo.did()
@@ -275,7 +296,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         .fallback(not_found)
         .with_state(state.clone());
 
-    let marker = running::Marker::write(&data, &service, state.did.as_str())?;
+    let marker = running::Marker::write(&data, &local_service, state.did.as_str())?;
     ready(&Ready {
         service: service.clone(),
         did: state.did.clone(),

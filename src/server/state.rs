@@ -11,7 +11,9 @@ use super::assistant::Assistant;
 use super::auth::TokenKeys;
 use super::blob_refs::BlobRefs;
 use super::blobs::BlobStore;
+use super::chat_index::ChatIndex;
 use super::error::XrpcError;
+use super::ratelimit::AttemptLimiter;
 use super::sessions::Sessions;
 use crate::chat::ChatStore;
 use crate::repo::repository::Repository;
@@ -38,8 +40,8 @@ impl Default for Limits {
     }
 }
 
-/// The repository, the record-key clock and the blob index, used under
-/// one lock.
+/// The repository, the record-key clock, the blob index and the chat index,
+/// used under one lock.
 pub struct Core {
     store: Store,
     /// Makes TIDs for record keys the client leaves to the server.
@@ -49,6 +51,8 @@ pub struct Core {
     pub blob_refs: BlobRefs,
     /// The blob files (placed, checked and deleted only under the lock).
     pub blobs: BlobStore,
+    /// The messages' clear fields, for the chat queries.
+    chat_index: ChatIndex,
 }
 
 /// The repository alone (the server holds no chat key), or inside the
@@ -73,6 +77,17 @@ impl Core {
             Store::Keyless(repo) => repo,
             Store::Chats(chats) => chats.repo_mut(),
         }
+    }
+
+    /// The chat index brought up to the repository's head, and the
+    /// repository.
+    pub fn chat_index(&mut self) -> Result<(&ChatIndex, &Repository), XrpcError> {
+        let repo: &Repository = match &self.store {
+            Store::Keyless(repo) => repo,
+            Store::Chats(chats) => chats.device().repo(),
+        };
+        self.chat_index.catch_up(repo)?;
+        Ok((&self.chat_index, repo))
     }
 
     /// The chats, when this server runs the assistant (it holds a device's
@@ -143,6 +158,10 @@ pub struct AppState {
     pub stopping: watch::Sender<bool>,
     /// The assistant (`--assistant`): runs and streams replies.
     pub assistant: Option<Arc<Assistant>>,
+    /// Failed password attempts (createSession), limited.
+    pub attempts: AttemptLimiter,
+    /// Password hashes computed at once (each is slow on purpose).
+    pub hashing: tokio::sync::Semaphore,
 }
 
 impl AppState {
@@ -165,6 +184,7 @@ impl AppState {
             clock: TidClock::new(),
             blob_refs,
             blobs: blobs.clone(),
+            chat_index: ChatIndex::default(),
         };
         let did = core.repo().did().to_owned();
         Arc::new(AppState {
@@ -180,6 +200,8 @@ impl AppState {
             commits: watch::channel(0).0,
             stopping: watch::channel(false).0,
             assistant,
+            attempts: AttemptLimiter::default(),
+            hashing: tokio::sync::Semaphore::new(2),
         })
     }
 

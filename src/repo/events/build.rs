@@ -39,13 +39,16 @@ pub(crate) fn commit_frame(
     time: &str,
     parts: &CommitEventParts<'_>,
 ) -> Result<RepoEvent, EventError> {
-    let ops: Vec<EventOp> = parts.ops.iter().map(event_op).collect();
-    let full = car(parts, true)?;
-    let too_big = ops.len() > MAX_OPS || full.len() > MAX_BLOCKS_BYTES;
-    let (ops, blocks) = if too_big {
-        (Vec::new(), car(parts, false)?)
+    // Too many ops: `tooBig` without building the whole slice first.
+    let full = if parts.ops.len() > MAX_OPS {
+        None
     } else {
-        (ops, full)
+        Some(car(parts, true)?).filter(|c| c.len() <= MAX_BLOCKS_BYTES)
+    };
+    let too_big = full.is_none();
+    let (ops, blocks) = match full {
+        Some(car) => (parts.ops.iter().map(event_op).collect(), car),
+        None => (Vec::new(), car(parts, false)?),
     };
     let event = CommitEvent {
         seq,

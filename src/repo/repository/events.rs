@@ -8,7 +8,9 @@ use cid::Cid;
 
 use super::{Head, RepoError, Repository};
 use crate::repo::blocks::BlockSource;
-use crate::repo::events::{self, CommitEventParts, EventLog, Events, RepoEvent};
+use crate::repo::events::{
+    self, CommitEventParts, EventLog, Events, MAX_BLOCKS_BYTES, MAX_OPS, RepoEvent,
+};
 use crate::repo::mst::{Mst, RecordOp};
 use crate::store::{Batch, Engine};
 
@@ -125,11 +127,18 @@ pub(super) fn stage_commit_event<S: BlockSource>(
     since: Option<Head>,
     mut blocks: BTreeMap<Cid, Vec<u8>>,
 ) -> Result<RepoEvent, RepoError> {
-    let mut proof = Vec::new();
-    for op in ops {
-        tree.covering_proof(&op.key, &mut proof)?;
+    // A commit already known to be `tooBig` (too many ops, or new blocks
+    // over the CAR limit before any proof) sends only its commit block:
+    // its proofs are not worth building.
+    let too_big =
+        ops.len() > MAX_OPS || blocks.values().map(Vec::len).sum::<usize>() > MAX_BLOCKS_BYTES;
+    if !too_big {
+        let mut proof = Vec::new();
+        for op in ops {
+            tree.covering_proof(&op.key, &mut proof)?;
+        }
+        blocks.extend(proof);
     }
-    blocks.extend(proof);
     let parts = CommitEventParts {
         did,
         commit: commit.0,

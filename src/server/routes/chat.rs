@@ -22,10 +22,10 @@
 //!   to it, which the assistant then runs; a keyless server refuses, since
 //!   only a holder of the chat key can write the answer.
 //!
-//! Every method reads the message collection in full (no secondary index
-//! yet): O(messages) per call. TODO: an index by chat.
+//! The clear fields they need come from `server::chat_index` (kept
+//! current from the event log): a thread page is O(log n + page), the
+//! approval list O(waiting replies).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use axum::Json;
@@ -38,38 +38,11 @@ use crate::chat::keys::ReplyKey;
 use crate::chat::{ChatStore, ChatStoreError};
 use crate::lexicon::chat::gel::assistant::defs::ToolApprovalPart;
 use crate::server::error::XrpcError;
-use crate::server::state::{AppState, Core};
+use crate::server::state::AppState;
 use crate::server::xrpc::Request;
 
 const CHAT: &str = "chat.gel.assistant.chat";
 const MESSAGE: &str = "chat.gel.assistant.message";
-
-/// One message record: key, CID and value.
-struct Stored {
-    rkey: String,
-    cid: String,
-    value: Value,
-}
-
-fn messages(core: &Core) -> Result<Vec<Stored>, XrpcError> {
-    let mut out = Vec::new();
-    for item in core.repo().list(Some(MESSAGE))? {
-        let (key, cid) = item?;
-        let rkey = key[MESSAGE.len() + 1..].to_owned();
-        if let Some(entry) = core.repo().get(MESSAGE, &rkey)? {
-            out.push(Stored {
-                rkey,
-                cid: cid.to_string(),
-                value: entry.value,
-            });
-        }
-    }
-    Ok(out)
-}
-
-fn field<'a>(v: &'a Value, name: &str) -> &'a str {
-    v.get(name).and_then(Value::as_str).unwrap_or("")
-}
 
 pub async fn get_thread(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     let chat = req.required("chat")?.to_owned();
@@ -87,27 +60,21 @@ pub async fn get_thread(state: &Arc<AppState>, req: Request) -> Result<Response,
                 ));
             };
             let chat_uri = format!("at://{did}/{CHAT}/{chat}");
-            let mut page = Vec::new();
-            let mut next = None;
-            for m in messages(core)? {
-                if field(&m.value, "chat") != chat_uri
-                    || cursor.as_deref().is_some_and(|c| m.rkey.as_str() <= c)
-                {
-                    continue;
+            let (index, repo) = core.chat_index()?;
+            let mut keys = index.thread(&chat_uri, cursor.as_deref());
+            let page_keys: Vec<String> = keys.by_ref().take(limit).cloned().collect();
+            let next = (keys.next().is_some())
+                .then(|| page_keys.last().cloned())
+                .flatten();
+            let mut page = Vec::with_capacity(page_keys.len());
+            for rkey in &page_keys {
+                if let Some(m) = repo.get(MESSAGE, rkey)? {
+                    page.push(json!({
+                        "uri": format!("at://{did}/{MESSAGE}/{rkey}"),
+                        "cid": m.cid.to_string(),
+                        "value": m.value,
+                    }));
                 }
-                if page.len() == limit {
-                    next = page
-                        .last()
-                        .and_then(|v: &Value| v["uri"].as_str())
-                        .and_then(|u| u.rsplit('/').next())
-                        .map(str::to_owned);
-                    break;
-                }
-                page.push(json!({
-                    "uri": format!("at://{did}/{MESSAGE}/{}", m.rkey),
-                    "cid": m.cid,
-                    "value": m.value,
-                }));
             }
             let mut out = json!({
                 "chat": {"uri": chat_uri, "cid": record.cid.to_string(), "value": record.value},
@@ -120,41 +87,6 @@ pub async fn get_thread(state: &Arc<AppState>, req: Request) -> Result<Response,
         })
         .await?;
     Ok(Json(out).into_response())
-}
-
-/// The reply bookkeeping clear metadata allows.
-struct Replies {
-    /// Reply key → (record, user message key, attempt).
-    replies: BTreeMap<String, (Stored, String, u16)>,
-    /// The newest attempt of each user message.
-    newest: HashMap<String, u16>,
-    /// Reply keys some user message continues from.
-    answered: HashSet<String>,
-}
-
-fn replies(all: Vec<Stored>) -> Replies {
-    let mut r = Replies {
-        replies: BTreeMap::new(),
-        newest: HashMap::new(),
-        answered: HashSet::new(),
-    };
-    for m in all {
-        if field(&m.value, "role") == "user" {
-            if let Some(p) = m.value.get("parent").and_then(Value::as_str) {
-                r.answered.insert(p.to_owned());
-            }
-            continue;
-        }
-        let Ok(key) = ReplyKey::parse(&m.rkey) else {
-            continue;
-        };
-        let user = key.message().to_string();
-        let attempt = key.attempt().get();
-        let newest = r.newest.entry(user.clone()).or_insert(attempt);
-        *newest = (*newest).max(attempt);
-        r.replies.insert(m.rkey.clone(), (m, user, attempt));
-    }
-    r
 }
 
 pub async fn list_approvals(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
@@ -174,60 +106,41 @@ pub async fn list_approvals(state: &Arc<AppState>, req: Request) -> Result<Respo
     let did = state.did.clone();
     let out = state
         .with_core(move |core| {
-            let r = replies(messages(core)?);
             let chat_uri = chat.map(|c| format!("at://{did}/{CHAT}/{c}"));
-            let mut waiting: Vec<&(Stored, String, u16)> = r
-                .replies
-                .iter()
-                .filter(|(key, (m, user, attempt))| {
-                    field(&m.value, "status") == "waiting"
-                        && r.newest.get(user) == Some(attempt)
-                        && !r.answered.contains(*key)
-                        && chat_uri
-                            .as_deref()
-                            .is_none_or(|c| field(&m.value, "chat") == c)
+            let (index, _) = core.chat_index()?;
+            let mut waiting = index.waiting().filter(|(rkey, m)| {
+                chat_uri.as_deref().is_none_or(|c| m.chat == c)
+                    && cursor.as_deref().is_none_or(|c| rkey.as_str() < c)
+            });
+            let mut page: Vec<Value> = waiting
+                .by_ref()
+                .take(limit)
+                .map(|(rkey, m)| {
+                    json!({
+                        "uri": format!("at://{did}/{MESSAGE}/{rkey}"),
+                        "cid": m.cid,
+                        "chat": m.chat,
+                        // Sealed in the reply's content: see the module doc.
+                        "calls": [],
+                        "createdAt": m.created_at,
+                    })
                 })
-                .map(|(_, v)| v)
                 .collect();
-            // Newest first: reply keys start with their message's TID.
-            waiting.reverse();
-            let mut page = Vec::new();
-            let mut next = None;
-            for (m, _, _) in waiting {
-                if cursor.as_deref().is_some_and(|c| m.rkey.as_str() >= c) {
-                    continue;
-                }
-                if page.len() == limit {
-                    next = Some(page_last_key(&page));
-                    break;
-                }
-                page.push(json!({
-                    "uri": format!("at://{did}/{MESSAGE}/{}", m.rkey),
-                    "cid": m.cid,
-                    "chat": field(&m.value, "chat"),
-                    // Sealed in the reply's content: see the module doc.
-                    "calls": [],
-                    "createdAt": field(&m.value, "createdAt"),
-                }));
-            }
+            let next = waiting.next().is_some().then(|| page_last_key(&page));
+            drop(waiting);
             if let Some(chats) = core.chats()? {
-                let calls: HashMap<String, Vec<Value>> = chats
-                    .approvals()
-                    .map_err(XrpcError::internal)?
-                    .into_iter()
-                    .map(|w| {
-                        let calls = w
-                            .calls
+                // Only this page's replies are opened.
+                for item in &mut page {
+                    let key = item["uri"].as_str().and_then(|u| u.rsplit('/').next());
+                    let calls = match key {
+                        Some(k) => chats.waiting_calls(k).map_err(XrpcError::internal)?,
+                        None => None,
+                    };
+                    if let Some(calls) = calls {
+                        item["calls"] = calls
                             .into_iter()
                             .map(|c| json!({"callId": c.call_id, "tool": c.name}))
                             .collect();
-                        (w.reply, calls)
-                    })
-                    .collect();
-                for item in &mut page {
-                    let key = item["uri"].as_str().and_then(|u| u.rsplit('/').next());
-                    if let Some(c) = key.and_then(|k| calls.get(k)) {
-                        item["calls"] = Value::Array(c.clone());
                     }
                 }
             }
@@ -303,26 +216,32 @@ pub async fn answer_approval(state: &Arc<AppState>, req: Request) -> Result<Resp
             if let Some(chats) = core.chats()? {
                 return Ok(Json(write_answer(chats, &did, &reply, &decisions)?).into_response());
             }
-            let r = replies(messages(core)?);
-            let Some((m, user, attempt)) = r.replies.get(&reply) else {
+            let (index, _) = core.chat_index()?;
+            let (Some(m), Ok(key)) = (index.get(&reply), ReplyKey::parse(&reply)) else {
                 return Err(XrpcError::named(
                     "PendingUnknown",
                     format!("no reply has the record key {reply}"),
                 ));
             };
-            if r.newest.get(user).is_some_and(|n| n > attempt) {
+            if m.role == "user" {
+                return Err(XrpcError::named(
+                    "PendingUnknown",
+                    format!("{reply} is not a reply"),
+                ));
+            }
+            if index.is_superseded(&key) {
                 return Err(XrpcError::named(
                     "PendingSuperseded",
                     format!("a newer attempt replaced the reply {reply}"),
                 ));
             }
-            if r.answered.contains(&reply) {
+            if index.is_answered(&reply) {
                 return Err(XrpcError::named(
                     "PendingResolved",
                     format!("the reply {reply} was already answered"),
                 ));
             }
-            if field(&m.value, "status") != "waiting" {
+            if m.status != "waiting" {
                 return Err(XrpcError::named(
                     "PendingUnknown",
                     format!("the reply {reply} is not waiting for approval"),

@@ -41,12 +41,19 @@ pub async fn create_session(state: &Arc<AppState>, req: Request) -> Result<Respo
     if !state.is_own_repo(input.identifier.trim()) {
         return Err(wrong());
     }
-    // The hash is slow on purpose; it runs off the async workers.
+    // Too many failures lock the account for a while (ratelimit.rs).
+    if let Err(limited) = state.attempts.check(std::time::Instant::now()) {
+        return Err(XrpcError::rate_limited(limited.retry_after));
+    }
+    // The hash is slow on purpose; it runs off the async workers, a few
+    // at a time.
+    let _permit = state.hashing.acquire().await.map_err(XrpcError::internal)?;
     let stored = state.password_hash.clone();
     let ok = tokio::task::spawn_blocking(move || verify_password(&input.password, &stored))
         .await
         .map_err(XrpcError::internal)?;
     if !ok {
+        state.attempts.failed(std::time::Instant::now());
         return Err(wrong());
     }
     let jti = random_token(32).map_err(XrpcError::internal)?;
