@@ -1,19 +1,49 @@
 //! Blobs uploaded with `com.atproto.repo.uploadBlob`, one file per blob in
 //! `DATA/blobs/` named by its CID (raw codec, SHA-256), with its MIME type
-//! in a `.mime` file beside it. Written through a temporary file and a
-//! rename, so a blob file is whole or absent.
+//! in a `.mime` file beside it.
 //!
-//! TODO(issue 8): blobs no record references are never collected, and a
-//! record's blob refs are not checked against the uploaded blobs.
+//! An upload is written and fsynced to a temporary file first (outside the
+//! repository lock), then moved into place under the lock
+//! ([`BlobStore::place`]), so a blob file is whole or absent, and placing,
+//! checking a record's references and deleting never interleave. A blob no
+//! record references is *temporary*, as on the reference PDS: `getBlob`
+//! does not serve it, and it is deleted once it is older than the
+//! temporary window (its file's modification time, renewed by every
+//! upload of the same bytes) — see [`BlobStore::sweep`] and
+//! `server::blob_refs` for who references what.
 
 use std::fs;
-use std::io::ErrorKind;
-use std::path::PathBuf;
+use std::io::{ErrorKind, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use cid::Cid;
 
-use super::account::write_private;
-use crate::model::cid_for_blob;
+use crate::model::{cid_for_blob, parse_cid};
+
+/// How long an unreferenced upload is kept by default.
+pub const DEFAULT_TEMP_WINDOW: Duration = Duration::from_secs(3600);
+
+/// The variable that overrides the window (in seconds; tests shorten it).
+pub const TEMP_WINDOW_ENV: &str = "GELSTORE_BLOB_TEMP_SECS";
+
+/// A temporary file (a staged upload, or one a crash left) this old is
+/// removed by the sweep whatever the window: an upload takes far less.
+const STALE_TMP: Duration = Duration::from_secs(600);
+
+/// The temporary window from [`TEMP_WINDOW_ENV`], or the default.
+pub fn temp_window_from_env() -> Result<Duration, String> {
+    match std::env::var(TEMP_WINDOW_ENV) {
+        Err(_) => Ok(DEFAULT_TEMP_WINDOW),
+        Ok(s) => s
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|&n| (1..=30 * 24 * 3600).contains(&n))
+            .map(Duration::from_secs)
+            .ok_or_else(|| format!("{TEMP_WINDOW_ENV} must be whole seconds from 1 to 2592000")),
+    }
+}
 
 /// The blob folder of a data folder.
 #[derive(Debug, Clone)]
@@ -30,36 +60,241 @@ pub struct Blob {
     pub mime: String,
 }
 
+/// What a stored blob is, without its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobMeta {
+    /// Its size in bytes.
+    pub size: u64,
+    /// The MIME type given when it was uploaded.
+    pub mime: String,
+}
+
+/// An upload written to a temporary file, not yet in place.
+#[derive(Debug)]
+pub struct Staged {
+    tmp: PathBuf,
+    /// The blob's CID.
+    pub cid: Cid,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        // Placed or abandoned: either way the temporary file goes.
+        let _ = fs::remove_file(&self.tmp);
+    }
+}
+
 impl BlobStore {
     /// The store in `DATA/blobs` (created on first write).
-    pub fn new(data: &std::path::Path) -> Self {
+    pub fn new(data: &Path) -> Self {
         BlobStore {
             dir: data.join("blobs"),
         }
     }
 
-    /// Stores `bytes` and returns their CID.
-    pub fn put(&self, bytes: &[u8], mime: &str) -> std::io::Result<Cid> {
-        let cid = cid_for_blob(bytes);
+    fn path(&self, cid: &Cid) -> PathBuf {
+        self.dir.join(cid.to_string())
+    }
+
+    /// Writes `bytes` to a temporary file (fsynced): no lock needed.
+    pub fn stage(&self, bytes: &[u8]) -> std::io::Result<Staged> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         fs::create_dir_all(&self.dir)?;
-        let path = self.dir.join(cid.to_string());
-        if !path.exists() {
-            write_private(&path, bytes)?;
+        let cid = cid_for_blob(bytes);
+        let tmp = self
+            .dir
+            .join(format!("upload.{}.{n}.tmp", std::process::id()));
+        let staged = Staged { tmp, cid };
+        let mut file = private_file(&staged.tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        Ok(staged)
+    }
+
+    /// Puts a staged upload in place (under the repository lock). A blob
+    /// already stored keeps its file, gets its window renewed, and keeps
+    /// its MIME type when records reference it (`referenced`), as their
+    /// references were checked against it; an unreferenced one takes the
+    /// new type.
+    pub fn place(&self, staged: Staged, mime: &str, referenced: bool) -> std::io::Result<()> {
+        let path = self.path(&staged.cid);
+        let mime_path = path.with_extension("mime");
+        if path.exists() {
+            fs::File::options()
+                .write(true)
+                .open(&path)?
+                .set_modified(SystemTime::now())?;
+            if !referenced {
+                write_atomic(&mime_path, mime.as_bytes())?;
+            }
+            return Ok(());
         }
-        write_private(&path.with_extension("mime"), mime.as_bytes())?;
-        Ok(cid)
+        // The type first: a blob file never lacks its `.mime`.
+        write_atomic(&mime_path, mime.as_bytes())?;
+        fs::rename(&staged.tmp, &path)?;
+        sync_dir(&self.dir);
+        Ok(())
+    }
+
+    /// Size and MIME type of the blob with `cid`, if stored.
+    pub fn meta(&self, cid: &Cid) -> std::io::Result<Option<BlobMeta>> {
+        let path = self.path(cid);
+        let size = match fs::metadata(&path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        Ok(Some(BlobMeta {
+            size,
+            mime: read_mime(&path),
+        }))
     }
 
     /// The blob with `cid`, if stored.
     pub fn get(&self, cid: &Cid) -> std::io::Result<Option<Blob>> {
-        let path = self.dir.join(cid.to_string());
+        let path = self.path(cid);
         let bytes = match fs::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        let mime = fs::read_to_string(path.with_extension("mime"))
-            .unwrap_or_else(|_| "application/octet-stream".into());
-        Ok(Some(Blob { bytes, mime }))
+        Ok(Some(Blob {
+            bytes,
+            mime: read_mime(&path),
+        }))
+    }
+
+    /// Deletes the blob with `cid` (no error if it is not there). Only for
+    /// a blob no committed record references: the caller holds the lock.
+    pub fn delete(&self, cid: &Cid) -> std::io::Result<()> {
+        let path = self.path(cid);
+        for p in [path.clone(), path.with_extension("mime")] {
+            match fs::remove_file(&p) {
+                Err(e) if e.kind() != ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The blobs whose files are older than `window` (candidates for the
+    /// sweep; read without the lock, so the listing never stalls commits),
+    /// removing temporary files crashed uploads left.
+    pub fn older_than(&self, window: Duration) -> std::io::Result<Vec<Cid>> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let mut old = Vec::new();
+        for entry in entries {
+            let path = entry?.path();
+            let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+                continue;
+            };
+            if name.ends_with(".tmp") {
+                if age(&path).is_some_and(|a| a > STALE_TMP.max(window)) {
+                    let _ = fs::remove_file(&path);
+                }
+                continue;
+            }
+            if let Ok(cid) = parse_cid(name)
+                && age(&path).is_some_and(|a| a >= window)
+            {
+                old.push(cid);
+            }
+        }
+        Ok(old)
+    }
+
+    /// Deletes the blob with `cid` if its file is (still) older than
+    /// `window`: an upload since the listing renewed it. Under the lock,
+    /// for a blob no record references.
+    pub fn delete_if_older(&self, cid: &Cid, window: Duration) -> std::io::Result<bool> {
+        if age(&self.path(cid)).is_some_and(|a| a >= window) {
+            self.delete(cid)?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+}
+
+/// How long ago the file at `path` was last modified (`None` if it is gone).
+fn age(path: &Path) -> Option<Duration> {
+    let modified = fs::metadata(path).and_then(|m| m.modified()).ok()?;
+    Some(
+        SystemTime::now()
+            .duration_since(modified)
+            .unwrap_or_default(),
+    )
+}
+
+fn read_mime(path: &Path) -> String {
+    fs::read_to_string(path.with_extension("mime"))
+        .unwrap_or_else(|_| "application/octet-stream".into())
+}
+
+fn private_file(path: &Path) -> std::io::Result<fs::File> {
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    options.open(path)
+}
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    super::account::write_private(path, bytes)
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_old_blobs_are_swept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = BlobStore::new(dir.path());
+        let a = store.stage(b"a").unwrap();
+        let cid_a = a.cid;
+        store.place(a, "text/plain", false).unwrap();
+        let b = store.stage(b"b").unwrap();
+        let cid_b = b.cid;
+        store.place(b, "text/plain", false).unwrap();
+        // Young: nothing is old enough.
+        assert!(
+            store
+                .older_than(Duration::from_secs(60))
+                .unwrap()
+                .is_empty()
+        );
+        let mut old = store.older_than(Duration::ZERO).unwrap();
+        old.sort();
+        let mut both = vec![cid_a, cid_b];
+        both.sort();
+        assert_eq!(old, both);
+        assert!(
+            !store
+                .delete_if_older(&cid_b, Duration::from_secs(60))
+                .unwrap()
+        );
+        assert!(store.delete_if_older(&cid_b, Duration::ZERO).unwrap());
+        assert!(store.get(&cid_a).unwrap().is_some());
+        assert!(store.meta(&cid_b).unwrap().is_none());
+        // No temporary file is left behind by uploads.
+        let names: Vec<_> = fs::read_dir(dir.path().join("blobs"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
     }
 }

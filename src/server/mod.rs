@@ -13,7 +13,8 @@
 //! | `sessions` | `sessions.json`: the live refresh-token ids (rotation, grace, revocation) |
 //! | `identity` | the did:web and its DID document |
 //! | `plc` | `--plc`: a did:plc genesis operation registered with a PLC directory |
-//! | `blobs` | uploaded blobs, one file each |
+//! | `blobs` | uploaded blobs, one file each; the sweep of unreferenced ones |
+//! | `blob_refs` | `blob-refs.json`: which records reference which blobs, derived from the repository |
 //! | `chat_index` | the message records' clear fields for the chat queries, kept current from the event log |
 //! | `ratelimit` | failed password attempts (createSession), limited with the reference's figures |
 //! | `firehose` | `subscribeRepos`: the `#commit` event log over a websocket |
@@ -22,6 +23,7 @@
 mod account;
 mod assistant;
 mod auth;
+mod blob_refs;
 mod blobs;
 mod chat_index;
 mod error;
@@ -53,6 +55,7 @@ pub use self::state::Limits;
 use self::account::{Account, PasswordNote};
 use self::assistant::Assistant;
 use self::auth::TokenKeys;
+use self::blob_refs::BlobRefs;
 use self::blobs::BlobStore;
 use self::sessions::Sessions;
 use self::state::{AppState, Store};
@@ -148,6 +151,7 @@ pub fn run(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), Serv
 async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), ServeError> {
     let data = options.data.clone();
     let grace = sessions::grace_from_env().map_err(ServeError::Setting)?;
+    let blob_window = blobs::temp_window_from_env().map_err(ServeError::Setting)?;
     crate::repo::identity::create_private_dir(&data).map_err(|e| Box::new(RepoError::from(e)))?;
     // Refuse early and clearly if another server holds the folder.
     running::check_free(&data)?;
@@ -235,6 +239,14 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
             reason: "tokenSecret is too short".into(),
         })?;
     let tokens = TokenKeys::new(token_key, repo.did().to_owned());
+    let refs_data = data.clone();
+    let (repo, loaded) = tokio::task::spawn_blocking(move || {
+        let loaded = BlobRefs::load(&refs_data, &repo);
+        (repo, loaded)
+    })
+    .await
+    .map_err(std::io::Error::other)?;
+    let (blob_refs, dropped) = loaded.map_err(Box::new)?;
     let (store, assistant) = match options.assistant {
         None => (Store::Keyless(Box::new(repo)), None),
         Some(a) => {
@@ -253,9 +265,14 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         tokens,
         sessions,
         BlobStore::new(&data),
+        blob_refs,
         options.limits,
         assistant.clone(),
     );
+    // Blobs the commits since the last run left unreferenced, and old
+    // unreferenced uploads, go before the first request.
+    sweep_blobs(&state, dropped, blob_window).await;
+    let sweeper = tokio::spawn(sweep_blobs_every(state.clone(), blob_window));
     let watcher = assistant
         .clone()
         .map(|a| tokio::spawn(assistant::watch(state.clone(), a)));
@@ -298,6 +315,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     // when the marker is gone does not meet sled's lock: the assistant's
     // watcher and runs (which hold the state) end first.
     stopping_done(&state);
+    let _ = sweeper.await;
     if let Some(watcher) = watcher {
         let _ = watcher.await;
     }
@@ -309,6 +327,71 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     drop(marker);
     served?;
     Ok(())
+}
+
+/// Deletes the blobs in `dropped` that are still unreferenced, then every
+/// unreferenced blob older than `window`. The folder is listed without the
+/// lock; each deletion is decided under it, so no commit checks a
+/// reference, and no upload renews a blob, in between.
+async fn sweep_blobs(state: &Arc<AppState>, dropped: Vec<cid::Cid>, window: std::time::Duration) {
+    let blobs = state.blobs.clone();
+    let old = match tokio::task::spawn_blocking(move || blobs.older_than(window)).await {
+        Ok(Ok(old)) => old,
+        Ok(Err(e)) => {
+            tracing::warn!("blob sweep: could not list the blobs: {e}");
+            Vec::new()
+        }
+        Err(e) => {
+            tracing::warn!("blob sweep: {e}");
+            Vec::new()
+        }
+    };
+    if old.is_empty() && dropped.is_empty() {
+        return;
+    }
+    let swept = state
+        .with_core(move |core| {
+            let mut deleted = 0;
+            for cid in dropped {
+                if !core.blob_refs.is_referenced(&cid) {
+                    core.blobs.delete(&cid).map_err(XrpcError::internal)?;
+                    deleted += 1;
+                }
+            }
+            for cid in old {
+                if !core.blob_refs.is_referenced(&cid)
+                    && core
+                        .blobs
+                        .delete_if_older(&cid, window)
+                        .map_err(XrpcError::internal)?
+                {
+                    deleted += 1;
+                }
+            }
+            Ok(deleted)
+        })
+        .await;
+    match swept {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("deleted {n} unreferenced blobs"),
+        Err(e) => tracing::warn!("blob sweep failed: {}", e.message),
+    }
+}
+
+/// Sweeps unreferenced blobs every quarter window (1 s to 5 min) until the
+/// server stops, so an upload no record took is gone within 1.25 windows.
+async fn sweep_blobs_every(state: Arc<AppState>, window: std::time::Duration) {
+    let every = (window / 4).clamp(
+        std::time::Duration::from_secs(1),
+        std::time::Duration::from_secs(300),
+    );
+    let mut stopping = state.stopping.subscribe();
+    while !*stopping.borrow_and_update() {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => sweep_blobs(&state, Vec::new(), window).await,
+            changed = stopping.changed() => if changed.is_err() { return },
+        }
+    }
 }
 
 /// A did:plc account's document names this server's handle and URL: if

@@ -9,6 +9,7 @@ use tokio::sync::watch;
 
 use super::assistant::Assistant;
 use super::auth::TokenKeys;
+use super::blob_refs::BlobRefs;
 use super::blobs::BlobStore;
 use super::chat_index::ChatIndex;
 use super::error::XrpcError;
@@ -39,11 +40,17 @@ impl Default for Limits {
     }
 }
 
-/// The repository and the record-key clock, used under one lock.
+/// The repository, the record-key clock, the blob index and the chat index,
+/// used under one lock.
 pub struct Core {
     store: Store,
     /// Makes TIDs for record keys the client leaves to the server.
     pub clock: TidClock,
+    /// Which records reference which blobs; kept current with the head by
+    /// [`AppState::with_core`].
+    pub blob_refs: BlobRefs,
+    /// The blob files (placed, checked and deleted only under the lock).
+    pub blobs: BlobStore,
     /// The messages' clear fields, for the chat queries.
     chat_index: ChatIndex,
 }
@@ -97,6 +104,35 @@ impl Core {
     }
 }
 
+impl Core {
+    /// Brings the blob index up to the head and deletes the blobs no
+    /// record references any more. A failure is logged: the index stays
+    /// stale (caught up on the next commit or start) and nothing is
+    /// deleted, so at worst an orphan file waits for a sweep.
+    pub fn follow_blob_refs(&mut self) {
+        let Core {
+            store,
+            blob_refs,
+            blobs,
+            ..
+        } = self;
+        let repo = match store {
+            Store::Keyless(repo) => &**repo,
+            Store::Chats(chats) => chats.device().repo(),
+        };
+        match blob_refs.catch_up(repo) {
+            Ok(dropped) => {
+                for cid in dropped {
+                    if let Err(e) = blobs.delete(&cid) {
+                        tracing::warn!("could not delete unreferenced blob {cid}: {e}");
+                    }
+                }
+            }
+            Err(e) => tracing::error!("blob index: could not follow the repository: {e}"),
+        }
+    }
+}
+
 /// The server's shared state.
 pub struct AppState {
     core: Mutex<Core>,
@@ -139,12 +175,15 @@ impl AppState {
         tokens: TokenKeys,
         sessions: Sessions,
         blobs: BlobStore,
+        blob_refs: BlobRefs,
         limits: Limits,
         assistant: Option<Arc<Assistant>>,
     ) -> Arc<AppState> {
         let core = Core {
             store,
             clock: TidClock::new(),
+            blob_refs,
+            blobs: blobs.clone(),
             chat_index: ChatIndex::default(),
         };
         let did = core.repo().did().to_owned();
@@ -168,7 +207,9 @@ impl AppState {
 
     /// Runs `f` on the repository on a blocking thread (sled reads and
     /// fsyncs must not stall the async workers), under the lock; if `f`
-    /// moved the head, `subscribeRepos` subscribers are woken.
+    /// moved the head, `subscribeRepos` subscribers are woken and the blob
+    /// index follows the new commits, deleting the blobs they left
+    /// unreferenced (the commits are durable by then).
     pub async fn with_core<T, F>(self: &Arc<Self>, f: F) -> Result<T, XrpcError>
     where
         T: Send + 'static,
@@ -186,6 +227,7 @@ impl AppState {
             // hangs up drops its handler, but this task still commits.
             if core.repo().head().commit != before {
                 state.commits.send_modify(|n| *n += 1);
+                core.follow_blob_refs();
             }
             result
         })

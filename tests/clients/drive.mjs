@@ -39,6 +39,7 @@ const HANDLE = env('HANDLE')
 const DID = env('DID')
 const PASSWORD = env('PASSWORD')
 const COLLECTION = 'app.example.note'
+const PHOTOS = 'app.example.photo'
 
 function check(cond, what) {
   if (!cond) throw new Error(`check failed: ${what}`)
@@ -194,11 +195,29 @@ async function api() {
     check(JSON.stringify(seen) === JSON.stringify(want), `listRecords reverse=${reverse}: ${seen}`)
   }
 
-  // blobs
+  // blobs: an upload is temporary (not served) until a record references
+  // it, as on the reference PDS; the record's ref is the client's BlobRef.
   const bytes = new Uint8Array(100_000).map((_, i) => (i * 7) % 251)
   const blob = await agent.com.atproto.repo.uploadBlob(bytes, { encoding: 'image/png' })
-  const fetched = await agent.com.atproto.sync.getBlob({ did: DID, cid: blob.data.blob.ref.toString() })
+  const blobCid = blob.data.blob.ref.toString()
+  await expectError(
+    agent.com.atproto.sync.getBlob({ did: DID, cid: blobCid }),
+    'InvalidRequest',
+    'getBlob of an upload no record references',
+  )
+  const photo = await agent.com.atproto.repo.createRecord({
+    repo,
+    collection: PHOTOS,
+    record: { $type: PHOTOS, image: blob.data.blob, createdAt: new Date().toISOString() },
+  })
+  const fetched = await agent.com.atproto.sync.getBlob({ did: DID, cid: blobCid })
   check(Buffer.from(fetched.data).equals(Buffer.from(bytes)), 'getBlob bytes = uploaded bytes')
+  await agent.com.atproto.repo.deleteRecord({ repo, collection: PHOTOS, rkey: photo.data.uri.split('/').pop() })
+  await expectError(
+    agent.com.atproto.sync.getBlob({ did: DID, cid: blobCid }),
+    'InvalidRequest',
+    'getBlob after its only record is deleted',
+  )
 
   const described2 = await agent.com.atproto.repo.describeRepo({ repo: HANDLE })
   check(described2.data.collections.includes(COLLECTION), 'describeRepo collections')

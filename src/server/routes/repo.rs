@@ -16,8 +16,9 @@ use serde_json::{Value, json};
 
 use super::server::require_access;
 use crate::model::parse_cid;
-use crate::repo::records::known_lexicons;
+use crate::repo::records::{known_lexicons, prepare_record};
 use crate::repo::repository::{CommitInfo, RepoError, Write};
+use crate::server::blob_refs::blob_refs_in;
 use crate::server::error::XrpcError;
 use crate::server::state::{AppState, Core};
 use crate::server::xrpc::{Request, content_type};
@@ -191,7 +192,12 @@ fn commit(
             },
         });
     }
+    check_blob_refs(core, &writes)?;
     let info = core.repo_mut().apply_with(&writes, swap_commit)?;
+    // The blob index reads the paths from the commit's event, which a
+    // `tooBig` commit lacks: give them here.
+    core.blob_refs
+        .hint(info.head.commit, info.ops.iter().map(|op| op.key.clone()));
     let mut done = Vec::with_capacity(writes.len());
     for w in &writes {
         let cid = match w {
@@ -205,6 +211,60 @@ fn commit(
         });
     }
     Ok((info, done))
+}
+
+/// Every blob a created or updated record references must be one a record
+/// already references, or an upload whose size and MIME type the reference
+/// repeats; otherwise the write is refused with the reference PDS's names
+/// (`BlobNotFound`, `InvalidMimeType`, `InvalidSize`) before anything is
+/// written. Runs under the lock, so no sweep deletes a blob in between.
+fn check_blob_refs(core: &Core, writes: &[Write]) -> Result<(), XrpcError> {
+    for w in writes {
+        let value = match w {
+            Write::Create { value, .. } | Write::Update { value, .. } => value,
+            Write::Delete { .. } => continue,
+        };
+        let refs = blob_refs_in(value);
+        if refs.is_empty() {
+            continue;
+        }
+        // A record that is invalid anyway gets that error, as the reference
+        // PDS validates before it looks at blobs (a malformed blob ref is
+        // `InvalidRecord`/`InvalidRequest`, not `BlobNotFound`).
+        prepare_record(w.collection(), w.rkey(), value).map_err(RepoError::from)?;
+        for r in refs {
+            if core.blob_refs.is_referenced(&r.cid) {
+                continue;
+            }
+            let Some(stored) = core.blobs.meta(&r.cid).map_err(XrpcError::internal)? else {
+                return Err(XrpcError::named(
+                    "BlobNotFound",
+                    format!("Could not find blob: {}", r.cid),
+                ));
+            };
+            if r.mime.as_deref() != Some(stored.mime.as_str()) {
+                return Err(XrpcError::named(
+                    "InvalidMimeType",
+                    format!(
+                        "Referenced Mimetype does not match stored blob. Expected: {}, Got: {}",
+                        stored.mime,
+                        r.mime.as_deref().unwrap_or("(none)")
+                    ),
+                ));
+            }
+            if r.size != Some(stored.size) {
+                return Err(XrpcError::named(
+                    "InvalidSize",
+                    format!(
+                        "Referenced Size does not match stored blob. Expected: {}, Got: {}",
+                        stored.size,
+                        r.size.map_or("(none)".into(), |n| n.to_string())
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 async fn run_commit(
@@ -589,12 +649,22 @@ pub async fn upload_blob(state: &Arc<AppState>, req: Request) -> Result<Response
     require_access(state, &req)?;
     let mime = content_type(&req.headers).unwrap_or_else(|| "application/octet-stream".into());
     let size = req.body.len();
+    // Written outside the lock; only the move into place takes it.
     let blobs = state.blobs.clone();
-    let stored_mime = mime.clone();
-    let cid = tokio::task::spawn_blocking(move || blobs.put(&req.body, &stored_mime))
+    let staged = tokio::task::spawn_blocking(move || blobs.stage(&req.body))
         .await
         .map_err(XrpcError::internal)?
         .map_err(XrpcError::internal)?;
+    let cid = staged.cid;
+    let stored_mime = mime.clone();
+    state
+        .with_core(move |core| {
+            let referenced = core.blob_refs.is_referenced(&staged.cid);
+            core.blobs
+                .place(staged, &stored_mime, referenced)
+                .map_err(XrpcError::internal)
+        })
+        .await?;
     Ok(Json(json!({
         "blob": {
             "$type": "blob",

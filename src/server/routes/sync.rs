@@ -163,12 +163,24 @@ pub async fn get_blob(state: &Arc<AppState>, req: Request) -> Result<Response, X
     own_did(state, &req)?;
     let cid = parse_cid(req.required("cid")?)
         .map_err(|e| XrpcError::invalid_request(format!("cid: {e}")))?;
+    // Only blobs a record references are served: an upload no record took
+    // yet is temporary, and the reference PDS answers `InvalidRequest`
+    // "Blob not found" for it as for an unknown CID.
+    // The bytes are read after the lock is released: a deletion in between
+    // leaves no file, which is the same answer.
+    let referenced = state
+        .with_core(move |core| Ok(core.blob_refs.is_referenced(&cid)))
+        .await?;
+    let not_found = || XrpcError::invalid_request("Blob not found");
+    if !referenced {
+        return Err(not_found());
+    }
     let blobs = state.blobs.clone();
     let blob = tokio::task::spawn_blocking(move || blobs.get(&cid))
         .await
         .map_err(XrpcError::internal)?
         .map_err(XrpcError::internal)?
-        .ok_or_else(|| XrpcError::named("BlobNotFound", "Blob not found"))?;
+        .ok_or_else(not_found)?;
     Ok((
         [
             (header::CONTENT_TYPE, blob.mime),
