@@ -32,6 +32,14 @@ pub(crate) struct AuthClient {
 
 /// The one download big enough to show progress for.
 const GET_REPO_PATH: &str = "/xrpc/com.atproto.sync.getRepo";
+/// The longest a `getRepo` download may take (other calls: 120 s).
+const GET_REPO_TIMEOUT: Duration = Duration::from_secs(3600);
+/// The longest a `getRepo` download may stall.
+const GET_REPO_IDLE: Duration = Duration::from_secs(60);
+/// The largest `getRepo` body taken: the CAR reader's own limit.
+fn max_repo_bytes() -> usize {
+    usize::try_from(crate::repo::car::CarLimits::default().max_total_size).unwrap_or(usize::MAX)
+}
 
 impl HttpClient for AuthClient {
     async fn send_http(&self, request: Request<Vec<u8>>) -> Result<Response<Vec<u8>>, BoxError> {
@@ -54,7 +62,11 @@ impl AuthClient {
         &self,
         request: Request<Vec<u8>>,
     ) -> Result<Response<Vec<u8>>, BoxError> {
-        let mut response = self.http.execute(request.try_into()?).await?;
+        let mut request: reqwest::Request = request.try_into()?;
+        // A large repository over a slow link takes long: no total limit
+        // beyond an hour, but a stall of GET_REPO_IDLE ends it.
+        *request.timeout_mut() = Some(GET_REPO_TIMEOUT);
+        let mut response = self.http.execute(request).await?;
         let mut builder = Response::builder().status(response.status());
         for (k, v) in response.headers() {
             builder = builder.header(k, v);
@@ -65,13 +77,33 @@ impl AuthClient {
         }
         let mut body = Vec::new();
         let read = async {
-            while let Some(chunk) = response.chunk().await? {
+            loop {
+                let chunk = tokio::time::timeout(GET_REPO_IDLE, response.chunk())
+                    .await
+                    .map_err(|_| {
+                        format!(
+                            "getRepo: no data for {} s after {} bytes",
+                            GET_REPO_IDLE.as_secs(),
+                            body.len()
+                        )
+                    })?
+                    .map_err(|e| e.to_string())?;
+                let Some(chunk) = chunk else {
+                    return Ok(());
+                };
+                // Over what the CAR reader takes: refused now, not after
+                // buffering all of it.
+                if body.len() + chunk.len() > max_repo_bytes() {
+                    return Err(format!(
+                        "getRepo: the repository is over {} bytes, the most a CAR may hold here",
+                        max_repo_bytes()
+                    ));
+                }
                 if success {
                     self.progress.pulled(chunk.len() as u64);
                 }
                 body.extend_from_slice(&chunk);
             }
-            Ok::<_, reqwest::Error>(())
         }
         .await;
         if success {
