@@ -166,9 +166,15 @@ impl BlobRefs {
         self.hints.insert(commit, paths.into_iter().collect());
     }
 
-    /// Whether some record references `cid`.
+    /// Whether some record references `cid` (as of the index's head: see
+    /// [`BlobRefs::is_current`] before deleting on its word).
     pub fn is_referenced(&self, cid: &Cid) -> bool {
         self.counts.contains_key(cid)
+    }
+
+    /// Whether the index reflects `repo`'s head.
+    pub fn is_current(&self, repo: &Repository) -> bool {
+        self.head == Some(repo.head().commit)
     }
 
     /// Brings the index up to the repository's head and returns the blobs
@@ -195,6 +201,7 @@ impl BlobRefs {
             Err(e) => Err(e),
         };
         if let Err(e) = result {
+            // Partly applied: the next call rebuilds from the records.
             self.head = None;
             return Err(e);
         }
@@ -202,7 +209,9 @@ impl BlobRefs {
             .seq
             .unwrap_or(0)
             .saturating_sub(self.saved_seq.unwrap_or(0));
-        if self.unsaved || behind >= SAVE_EVERY {
+        // The file is a cache the event log catches up: written every
+        // SAVE_EVERY events (and at shutdown), not on every change.
+        if behind >= SAVE_EVERY || (self.unsaved && self.saved_seq.is_none()) {
             self.save();
         }
         dropped.sort();
@@ -220,7 +229,9 @@ impl BlobRefs {
         }
         let mut paths = BTreeSet::new();
         let mut last = self.seq;
+        let mut any = false;
         for event in repo.events_since(Some(cursor))? {
+            any = true;
             let event = event?;
             if last.is_some_and(|l| event.seq != l + 1) {
                 return Ok(None);
@@ -237,6 +248,11 @@ impl BlobRefs {
                 Err(_) => return Ok(None),
                 Ok(_) => {}
             }
+        }
+        // The head moved but the log holds nothing after the index's event
+        // (a log reset, a store replaced): rebuild rather than trust it.
+        if !any {
+            return Ok(None);
         }
         Ok(Some(paths))
     }
@@ -322,7 +338,7 @@ impl BlobRefs {
     /// file is only a cache: a stale one is caught up at start, a torn or
     /// empty one (a crash before the data reached the disk) rebuilt, so a
     /// failed write is logged, not fatal, and no commit waits on a sync.
-    fn save(&mut self) {
+    pub fn save(&mut self) {
         let Some(head) = self.head else { return };
         let file = IndexFile {
             version: VERSION,
@@ -408,9 +424,11 @@ mod tests {
         // load catches up from the event log and reports the dropped blob.
         repo.apply(&[Write::update("app.bsky.feed.post", "a2", post("two", None))])
             .unwrap();
-        let (index, dropped) = BlobRefs::load(dir.path(), &repo).unwrap();
+        let (mut index, dropped) = BlobRefs::load(dir.path(), &repo).unwrap();
         assert_eq!(dropped, vec![a]);
         assert!(!index.is_referenced(&a));
+        // Saved (the server saves at shutdown, and every SAVE_EVERY events).
+        index.save();
 
         // Current file: loaded as is.
         let (mut index, dropped) = BlobRefs::load(dir.path(), &repo).unwrap();

@@ -3,8 +3,8 @@
 //! repository's `#commit` event log before each use.
 //!
 //! Without it every call read and decoded the whole message collection.
-//! With it a thread page costs O(log n + page) and the approval list
-//! O(waiting replies); keeping it current costs O(records a commit
+//! With it a thread page costs O(log n + page) and an approval page
+//! O(log n + page); keeping it current costs O(records a commit
 //! touched) per commit, read from the event log (a full rebuild at the
 //! first use and when the reader fell behind the log's retention).
 //!
@@ -90,6 +90,11 @@ impl ChatIndex {
             let Ok(Frame::Commit(commit)) = decode_frame(&event.frame) else {
                 return self.rebuild(repo, last);
             };
+            // A `tooBig` event lists no ops: which messages it changed is
+            // not known, so read them all again.
+            if commit.too_big {
+                return self.rebuild(repo, last);
+            }
             for op in &commit.ops {
                 if let Some(rkey) = op
                     .path
@@ -128,12 +133,59 @@ impl ChatIndex {
 
     /// Replaces what the index holds for `rkey` (`None`: deleted).
     fn set(&mut self, rkey: &str, meta: Option<MessageMeta>) {
+        // The replies whose waiting state this change can move: `rkey`'s
+        // attempts (a newer one supersedes) and the reply a user message
+        // continues from (it answers it), before and after.
+        let mut affected = Vec::new();
         if let Some(old) = self.messages.remove(rkey) {
+            affected.extend(self.related(rkey, &old));
             self.unlink(rkey, &old);
         }
         if let Some(new) = meta {
+            affected.extend(self.related(rkey, &new));
             self.link(rkey, &new);
             self.messages.insert(rkey.to_owned(), new);
+        }
+        for reply in affected {
+            self.recheck_waiting(&reply);
+        }
+    }
+
+    /// The replies whose waiting state depends on message `rkey`.
+    fn related(&self, rkey: &str, m: &MessageMeta) -> Vec<String> {
+        if m.role == "user" {
+            return m.parent.iter().cloned().collect();
+        }
+        let Ok(key) = ReplyKey::parse(rkey) else {
+            return Vec::new();
+        };
+        let mut out = vec![rkey.to_owned()];
+        if let Some(attempts) = self.attempts.get(&key.message().to_string()) {
+            out.extend(attempts.iter().filter_map(|&a| {
+                crate::chat::keys::Attempt::new(i64::from(a))
+                    .ok()
+                    .map(|a| ReplyKey::new(key.message(), a).to_string())
+            }));
+        }
+        out
+    }
+
+    /// Puts `reply` in the waiting set iff it waits: status `waiting`, the
+    /// newest attempt, not answered.
+    fn recheck_waiting(&mut self, reply: &str) {
+        let waits = match (self.messages.get(reply), ReplyKey::parse(reply)) {
+            (Some(m), Ok(key)) => {
+                m.role != "user"
+                    && m.status == "waiting"
+                    && !self.is_superseded(&key)
+                    && !self.is_answered(reply)
+            }
+            _ => false,
+        };
+        if waits {
+            self.waiting.insert(reply.to_owned());
+        } else {
+            self.waiting.remove(reply);
         }
     }
 
@@ -151,9 +203,6 @@ impl ChatIndex {
                 .entry(key.message().to_string())
                 .or_default()
                 .insert(key.attempt().get());
-            if m.status == "waiting" {
-                self.waiting.insert(rkey.to_owned());
-            }
         }
     }
 
@@ -218,15 +267,15 @@ impl ChatIndex {
     }
 
     /// The replies waiting for an answer (status `waiting`, newest
-    /// attempt, not answered), newest first.
-    pub fn waiting(&self) -> impl Iterator<Item = (&String, &MessageMeta)> {
-        self.waiting.iter().rev().filter_map(|rkey| {
-            let key = ReplyKey::parse(rkey).ok()?;
-            if self.is_superseded(&key) || self.is_answered(rkey) {
-                return None;
-            }
-            Some((rkey, self.messages.get(rkey)?))
-        })
+    /// attempt, not answered) with keys below `before`, newest first: the
+    /// set holds exactly those, so a page costs O(log n + page).
+    pub fn waiting(&self, before: Option<&str>) -> impl Iterator<Item = (&String, &MessageMeta)> {
+        use std::ops::Bound;
+        let upper = before.map_or(Bound::Unbounded, |b| Bound::Excluded(b.to_owned()));
+        self.waiting
+            .range((Bound::Unbounded, upper))
+            .rev()
+            .filter_map(|rkey| Some((rkey, self.messages.get(rkey)?)))
     }
 }
 
@@ -265,7 +314,7 @@ mod tests {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         messages.sort_by(|a, b| a.0.cmp(&b.0));
-        let waiting = i.waiting().map(|(k, _)| k.clone()).collect();
+        let waiting = i.waiting(None).map(|(k, _)| k.clone()).collect();
         let thread = i.thread(CHAT_A, None).cloned().collect();
         (messages, waiting, thread)
     }

@@ -316,6 +316,13 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     // watcher and runs (which hold the state) end first.
     stopping_done(&state);
     let _ = sweeper.await;
+    // The blob index's cache, current for the next start.
+    let _ = state
+        .with_core(|core| {
+            core.blob_refs.save();
+            Ok(())
+        })
+        .await;
     if let Some(watcher) = watcher {
         let _ = watcher.await;
     }
@@ -351,6 +358,11 @@ async fn sweep_blobs(state: &Arc<AppState>, dropped: Vec<cid::Cid>, window: std:
     }
     let swept = state
         .with_core(move |core| {
+            // Deletions trust the index only when it is at the head (a
+            // failed catch-up leaves it stale): never delete on a guess.
+            if !core.blob_refs_current() {
+                return Ok(0);
+            }
             let mut deleted = 0;
             for cid in dropped {
                 if !core.blob_refs.is_referenced(&cid) {

@@ -105,6 +105,17 @@ impl Core {
 }
 
 impl Core {
+    /// Brings the blob index up to the head (as `follow_blob_refs`) and
+    /// says whether it is there.
+    pub fn blob_refs_current(&mut self) -> bool {
+        self.follow_blob_refs();
+        let repo = match &self.store {
+            Store::Keyless(repo) => &**repo,
+            Store::Chats(chats) => chats.device().repo(),
+        };
+        self.blob_refs.is_current(repo)
+    }
+
     /// Brings the blob index up to the head and deletes the blobs no
     /// record references any more. A failure is logged: the index stays
     /// stale (caught up on the next commit or start) and nothing is

@@ -108,10 +108,9 @@ pub async fn list_approvals(state: &Arc<AppState>, req: Request) -> Result<Respo
         .with_core(move |core| {
             let chat_uri = chat.map(|c| format!("at://{did}/{CHAT}/{c}"));
             let (index, _) = core.chat_index()?;
-            let mut waiting = index.waiting().filter(|(rkey, m)| {
-                chat_uri.as_deref().is_none_or(|c| m.chat == c)
-                    && cursor.as_deref().is_none_or(|c| rkey.as_str() < c)
-            });
+            let mut waiting = index
+                .waiting(cursor.as_deref())
+                .filter(|(_, m)| chat_uri.as_deref().is_none_or(|c| m.chat == c));
             let mut page: Vec<Value> = waiting
                 .by_ref()
                 .take(limit)
