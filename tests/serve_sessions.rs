@@ -289,11 +289,12 @@ fn gelstore_sync_refreshes_twice_in_one_run_with_the_rotated_token() {
 }
 
 /// Password guessing is limited with the reference PDS's figures: after 30
-/// failed attempts in 5 minutes every attempt is refused, the right
-/// password too, with `RateLimitExceeded` (429) — while successful logins
-/// (a frequent `gelstore sync`) never count.
+/// failed attempts in 5 minutes from one client, its attempts are refused,
+/// the right password too, with `RateLimitExceeded` (429) — while
+/// successful logins (a frequent `gelstore sync`) never count. Without
+/// `--public-url` a client cannot pick another address by header.
 #[test]
-fn thirty_wrong_passwords_lock_the_account_for_a_while() {
+fn thirty_wrong_passwords_lock_the_client_out_for_a_while() {
     let serve = Serve::start();
     let attempt = |password: &str| {
         http(
@@ -330,6 +331,19 @@ fn thirty_wrong_passwords_lock_the_account_for_a_while() {
     expect_error(&locked, 429, "RateLimitExceeded");
     assert!(locked.text().contains("try again in"), "{}", locked.text());
     expect_error(&attempt(&serve.password), 429, "RateLimitExceeded");
+    let spoofed = http(
+        &addr(&serve.service),
+        "POST",
+        "/xrpc/com.atproto.server.createSession",
+        &[
+            ("content-type", "application/json"),
+            ("x-forwarded-for", "203.0.113.9"),
+        ],
+        json!({"identifier": serve.handle, "password": serve.password})
+            .to_string()
+            .as_bytes(),
+    );
+    expect_error(&spoofed, 429, "RateLimitExceeded");
     // Everything else keeps working, sessions made before included.
     let r = http(
         &addr(&serve.service),
@@ -339,4 +353,21 @@ fn thirty_wrong_passwords_lock_the_account_for_a_while() {
         b"",
     );
     assert_eq!(r.status, 200);
+}
+
+/// After `deleteSession`, a predecessor of the deleted token still in its
+/// grace period cannot bring the session back by refreshing into it (the
+/// reference PDS lets it; a logout here ends the session).
+#[test]
+fn a_logout_is_not_undone_by_the_previous_refresh_token() {
+    let serve = Serve::start();
+    let s = &serve.service;
+    let r0 = login(s, &serve.handle, &serve.password)["refreshJwt"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r1 = refresh_jwt(&refresh(s, &r0));
+    assert_eq!(delete_session(s, &r1).status, 200);
+    expect_error(&refresh(s, &r0), 400, "ExpiredToken");
+    expect_error(&refresh(s, &r1), 400, "ExpiredToken");
 }

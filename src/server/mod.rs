@@ -268,6 +268,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         blob_refs,
         options.limits,
         assistant.clone(),
+        options.public_url.is_some(),
     );
     // Blobs the commits since the last run left unreferenced, and old
     // unreferenced uploads, go before the first request.
@@ -303,14 +304,17 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         handle: state.handle.clone(),
     });
     let stopping = state.stopping.clone();
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            // Long-lived streams end on this, so the graceful shutdown
-            // does not wait for them forever.
-            stopping.send_replace(true);
-        })
-        .await;
+    let served = axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
+        shutdown_signal().await;
+        // Long-lived streams end on this, so the graceful shutdown
+        // does not wait for them forever.
+        stopping.send_replace(true);
+    })
+    .await;
     // The store closes before the marker goes, so a command that starts
     // when the marker is gone does not meet sled's lock: the assistant's
     // watcher and runs (which hold the state) end first.

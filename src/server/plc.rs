@@ -35,6 +35,14 @@ pub enum PlcError {
         /// Why.
         reason: String,
     },
+    /// The account's signing key is no longer this server's: it moved.
+    #[error(
+        "the account's #atproto key is now {key}, not this server's: it moved to another server, so its document is left alone"
+    )]
+    Moved {
+        /// The key the directory names.
+        key: String,
+    },
     /// The directory refused the operation.
     #[error("the PLC directory at {url} refused the operation: HTTP {status}: {body}")]
     Refused {
@@ -105,6 +113,18 @@ pub fn next_operation(
         return Err(invalid("is not a plc_operation"));
     }
     let did_key = key.public_key().to_did_key();
+    // An account whose signing key is another's moved to another server:
+    // this one must not point it back at itself.
+    if last["verificationMethods"]["atproto"].as_str() != Some(did_key.as_str()) {
+        return Err(PlcError::Moved {
+            key: last["verificationMethods"]["atproto"]
+                .as_str()
+                .unwrap_or("(none)")
+                .chars()
+                .take(200)
+                .collect(),
+        });
+    }
     let rotation = last["rotationKeys"]
         .as_array()
         .ok_or_else(|| invalid("has no rotationKeys"))?;
@@ -151,7 +171,7 @@ pub async fn update(
         url: plc.to_owned(),
         reason: e.to_string(),
     };
-    let response = reqwest::get(&url).await.map_err(unreachable)?;
+    let response = client()?.get(&url).send().await.map_err(unreachable)?;
     let status = response.status();
     if !status.is_success() {
         return Err(PlcError::Refused {
@@ -166,26 +186,49 @@ pub async fn update(
                 .collect(),
         });
     }
-    let last: Value = response.json().await.map_err(unreachable)?;
+    let body = response.bytes().await.map_err(unreachable)?;
+    if body.len() > MAX_ANSWER {
+        return Err(PlcError::Unreachable {
+            url: plc.to_owned(),
+            reason: format!("its answer is over {MAX_ANSWER} bytes"),
+        });
+    }
+    let last: Value = serde_json::from_slice(&body).map_err(|e| PlcError::Unreachable {
+        url: plc.to_owned(),
+        reason: format!("its answer is not JSON: {e}"),
+    })?;
     match next_operation(&last, key, handle, service)? {
         None => Ok(false),
         Some(op) => register(plc, did, &op).await.map(|()| true),
     }
 }
 
+/// The longest a PLC directory may take to answer.
+const PLC_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The largest answer read from it (an operation is a few hundred bytes).
+const MAX_ANSWER: usize = 64 * 1024;
+
+fn client() -> Result<reqwest::Client, PlcError> {
+    reqwest::Client::builder()
+        .timeout(PLC_TIMEOUT)
+        .build()
+        .map_err(|e| PlcError::Encode(e.to_string()))
+}
+
 /// Sends a signed operation (the genesis one or a later one) for `did` to
 /// the directory at `plc`.
 pub async fn register(plc: &str, did: &str, op: &Value) -> Result<(), PlcError> {
     let url = format!("{}/{did}", plc.trim_end_matches('/'));
-    let response = reqwest::Client::new()
-        .post(&url)
-        .json(op)
-        .send()
-        .await
-        .map_err(|e| PlcError::Unreachable {
-            url: plc.to_owned(),
-            reason: e.to_string(),
-        })?;
+    let response =
+        client()?
+            .post(&url)
+            .json(op)
+            .send()
+            .await
+            .map_err(|e| PlcError::Unreachable {
+                url: plc.to_owned(),
+                reason: e.to_string(),
+            })?;
     let status = response.status();
     if !status.is_success() {
         let body = response.text().await.unwrap_or_default();
@@ -238,9 +281,12 @@ mod tests {
             cid_for_cbor(&cbor(&genesis_op).unwrap()).to_string()
         );
         assert_signed_by(&op, &key);
-        // Another key is not a rotation key: refused, nothing signed.
+        // Another key is not the account's: refused, nothing signed.
         let other = SigningKey::from_bytes(KeyAlgorithm::K256, &[9u8; 32]).unwrap();
-        assert!(next_operation(&genesis_op, &other, "b.test", "http://x").is_err());
+        assert!(matches!(
+            next_operation(&genesis_op, &other, "b.test", "http://x"),
+            Err(PlcError::Moved { .. })
+        ));
     }
 
     #[test]

@@ -191,6 +191,10 @@ impl Sessions {
         let mut found = false;
         self.change(now, |live| {
             found = live.remove(jti).is_some();
+            // A predecessor still in its grace would bring the session back
+            // by refreshing into `jti` again: it goes too. (The reference
+            // PDS keeps it; logging out should end the session.)
+            live.retain(|_, e| e.next.as_deref() != Some(jti));
             Ok(())
         })?;
         Ok(found)
@@ -214,14 +218,12 @@ impl Sessions {
         f(&mut copy)?;
         prune(&mut copy, now, self.cap);
         let file = File { live: copy };
-        write_private(
-            &self.path,
-            &serde_json::to_vec_pretty(&file).unwrap_or_default(),
-        )
-        .map_err(|source| AccountError::Io {
+        let io = |source| AccountError::Io {
             path: self.path.display().to_string(),
             source,
-        })?;
+        };
+        let bytes = serde_json::to_vec_pretty(&file).map_err(|e| io(std::io::Error::other(e)))?;
+        write_private(&self.path, &bytes).map_err(io)?;
         *live = file.live;
         Ok(())
     }

@@ -173,6 +173,9 @@ pub struct AppState {
     pub attempts: AttemptLimiter,
     /// Password hashes computed at once (each is slow on purpose).
     pub hashing: tokio::sync::Semaphore,
+    /// Behind a proxy (`--public-url`): the client is the first
+    /// `X-Forwarded-For` address, not the connection's.
+    pub behind_proxy: bool,
 }
 
 impl AppState {
@@ -189,6 +192,7 @@ impl AppState {
         blob_refs: BlobRefs,
         limits: Limits,
         assistant: Option<Arc<Assistant>>,
+        behind_proxy: bool,
     ) -> Arc<AppState> {
         let core = Core {
             store,
@@ -213,6 +217,7 @@ impl AppState {
             assistant,
             attempts: AttemptLimiter::default(),
             hashing: tokio::sync::Semaphore::new(2),
+            behind_proxy,
         })
     }
 
@@ -244,6 +249,27 @@ impl AppState {
         })
         .await
         .map_err(XrpcError::internal)?
+    }
+
+    /// The client of `req`: the connection's address, or behind a proxy
+    /// the first `X-Forwarded-For` address the proxy passed on.
+    pub fn client_of(&self, req: &crate::server::xrpc::Request) -> std::net::IpAddr {
+        let forwarded = || {
+            req.headers
+                .get("x-forwarded-for")?
+                .to_str()
+                .ok()?
+                .split(',')
+                .next()?
+                .trim()
+                .parse()
+                .ok()
+        };
+        if self.behind_proxy {
+            forwarded().unwrap_or(req.peer)
+        } else {
+            req.peer
+        }
     }
 
     /// Whether `repo` (a DID or handle) names this server's account.

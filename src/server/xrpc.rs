@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
@@ -36,6 +36,8 @@ pub struct Request {
     pub headers: HeaderMap,
     /// The body (empty for a query).
     pub body: Bytes,
+    /// The client's address (the proxy's, behind one).
+    pub peer: std::net::IpAddr,
 }
 
 impl Request {
@@ -128,12 +130,13 @@ pub fn content_type(headers: &HeaderMap) -> Option<String> {
 pub async fn handle(
     State(state): State<Arc<AppState>>,
     Path(nsid): Path<String>,
+    ConnectInfo(peer): ConnectInfo<std::net::SocketAddr>,
     method: Method,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Response {
-    match dispatch(state, nsid, method, headers, query, body).await {
+    match dispatch(state, nsid, peer.ip(), method, headers, query, body).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
     }
@@ -142,6 +145,7 @@ pub async fn handle(
 async fn dispatch(
     state: Arc<AppState>,
     nsid: String,
+    peer: std::net::IpAddr,
     method: Method,
     headers: HeaderMap,
     query: Option<String>,
@@ -173,6 +177,7 @@ async fn dispatch(
         }
     };
     let request = Request {
+        peer,
         params,
         headers,
         body,

@@ -50,7 +50,20 @@ impl SyncState {
     /// docs). Empty if the store was never synced.
     pub fn load(data: &Path, repo: &Repository) -> Result<SyncState, SyncError> {
         if let Some(old) = read_legacy(data)? {
-            old.save_all(repo)?;
+            // A store that already holds a mirror took this file in before
+            // (and the rename was lost): the store's is newer; only the
+            // rename is redone.
+            let taken = repo
+                .engine()
+                .get(Table::Meta, META_SYNC_REMOTE)
+                .map_err(|e| SyncError::Io {
+                    what: "read the mirror".into(),
+                    reason: e.to_string(),
+                })?
+                .is_some();
+            if !taken {
+                old.save_all(repo)?;
+            }
             let path = data.join(STATE_FILE);
             let done = data.join(format!("{STATE_FILE}{MIGRATED_SUFFIX}"));
             std::fs::rename(&path, &done).map_err(|e| SyncError::Io {

@@ -41,10 +41,12 @@ pub async fn create_session(state: &Arc<AppState>, req: Request) -> Result<Respo
     if !state.is_own_repo(input.identifier.trim()) {
         return Err(wrong());
     }
-    // Too many failures lock the account for a while (ratelimit.rs).
-    if let Err(limited) = state.attempts.check(std::time::Instant::now()) {
-        return Err(XrpcError::rate_limited(limited.retry_after));
-    }
+    // Too many failures from one client lock it out for a while
+    // (ratelimit.rs); the attempt counts as failed until it succeeds.
+    let attempt = state
+        .attempts
+        .begin(state.client_of(&req), std::time::Instant::now())
+        .map_err(|limited| XrpcError::rate_limited(limited.retry_after))?;
     // The hash is slow on purpose; it runs off the async workers, a few
     // at a time.
     let _permit = state.hashing.acquire().await.map_err(XrpcError::internal)?;
@@ -53,9 +55,9 @@ pub async fn create_session(state: &Arc<AppState>, req: Request) -> Result<Respo
         .await
         .map_err(XrpcError::internal)?;
     if !ok {
-        state.attempts.failed(std::time::Instant::now());
         return Err(wrong());
     }
+    state.attempts.succeeded(attempt);
     let jti = random_token(32).map_err(XrpcError::internal)?;
     let iat = now();
     let exp = iat + REFRESH_SECS;
