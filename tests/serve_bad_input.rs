@@ -63,20 +63,7 @@ impl Peer {
             enc(&self.serve.did)
         ));
         assert_eq!(r.status, 200, "{}", r.text());
-        r.json()["records"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| {
-                r["uri"]
-                    .as_str()
-                    .unwrap()
-                    .rsplit('/')
-                    .next()
-                    .unwrap()
-                    .to_owned()
-            })
-            .collect()
+        common_serve::record_keys(&r.json())
     }
 
     fn create(&self, rkey: &str) -> common_serve::Response {

@@ -160,20 +160,7 @@ impl Client {
             b"",
         );
         assert_eq!(r.status, 200, "{}", r.text());
-        r.json()["records"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|rec| {
-                rec["uri"]
-                    .as_str()
-                    .unwrap()
-                    .rsplit('/')
-                    .next()
-                    .unwrap()
-                    .to_owned()
-            })
-            .collect()
+        common_serve::record_keys(&r.json())
     }
 }
 

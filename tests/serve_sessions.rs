@@ -41,6 +41,11 @@ fn login(service: &str, identifier: &str, password: &str) -> Value {
     r.json()
 }
 
+/// The refresh token of a session answer.
+fn refresh_token_of(session: &Value) -> String {
+    session["refreshJwt"].as_str().unwrap().to_owned()
+}
+
 /// A POST with `token` as the bearer and no body.
 fn post(service: &str, nsid: &str, token: &str) -> Response {
     http(
@@ -168,10 +173,7 @@ fn with_no_grace_a_used_refresh_token_is_refused_at_once() {
         common_serve::PASSWORD,
     );
     let s = &serve.service;
-    let r0 = login(s, &serve.handle, &serve.password)["refreshJwt"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let r0 = refresh_token_of(&login(s, &serve.handle, &serve.password));
     let r1 = refresh_jwt(&refresh(s, &r0));
     let replay = refresh(s, &r0);
     expect_error(&replay, 400, "ExpiredToken");
@@ -362,10 +364,7 @@ fn thirty_wrong_passwords_lock_the_client_out_for_a_while() {
 fn a_logout_is_not_undone_by_the_previous_refresh_token() {
     let serve = Serve::start();
     let s = &serve.service;
-    let r0 = login(s, &serve.handle, &serve.password)["refreshJwt"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let r0 = refresh_token_of(&login(s, &serve.handle, &serve.password));
     let r1 = refresh_jwt(&refresh(s, &r0));
     assert_eq!(delete_session(s, &r1).status, 200);
     expect_error(&refresh(s, &r0), 400, "ExpiredToken");

@@ -214,6 +214,19 @@ pub fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or("").trim().to_owned()
 }
 
+/// The record keys of a `listRecords` answer, in its order.
+pub fn record_keys(list: &Value) -> Vec<String> {
+    list["records"]
+        .as_array()
+        .map(|records| {
+            records
+                .iter()
+                .filter_map(|r| r["uri"].as_str()?.rsplit('/').next().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// An HTTP response.
 #[derive(Debug)]
 pub struct Response {
