@@ -108,36 +108,21 @@ fn bad_requests_get_named_errors_and_change_nothing() {
 
     // Malformed bodies.
     let create = "com.atproto.repo.createRecord";
-    expect(
-        &peer.raw_post(create, "application/json", b"{\"repo\":", true),
-        400,
-        "InvalidRequest",
-    );
-    expect(
-        &peer.raw_post(create, "application/json", b"[1,2]", true),
-        400,
-        "InvalidRequest",
-    );
-    expect(
-        &peer.raw_post(create, "application/json", b"\xff\xfe", true),
-        400,
-        "InvalidRequest",
-    );
-    expect(
-        &peer.raw_post(create, "application/cbor", b"\xa1\x63abc", true),
-        400,
-        "InvalidRequest",
-    );
-    expect(
-        &peer.raw_post(create, "application/cbor", b"\xff\x00\x01", true),
-        400,
-        "InvalidRequest",
-    );
-    expect(
-        &peer.raw_post(create, "text/plain", b"{}", true),
-        400,
-        "InvalidRequest",
-    );
+    let malformed: [(&str, &[u8]); 6] = [
+        ("application/json", b"{\"repo\":"),
+        ("application/json", b"[1,2]"),
+        ("application/json", b"\xff\xfe"),
+        ("application/cbor", b"\xa1\x63abc"),
+        ("application/cbor", b"\xff\x00\x01"),
+        ("text/plain", b"{}"),
+    ];
+    for (content_type, body) in malformed {
+        expect(
+            &peer.raw_post(create, content_type, body, true),
+            400,
+            "InvalidRequest",
+        );
+    }
     expect(
         &peer.post(
             create,

@@ -6,13 +6,15 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
+// Both harnesses include it; a suite that uses both compiles it twice.
+#[allow(clippy::duplicate_mod)]
+#[path = "../common_launch/mod.rs"]
+mod launch;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
-
-use serde_json::Value;
 
 /// A running PDS + PLC pair, stopped (SIGTERM) on drop.
 pub struct Pds {
@@ -90,28 +92,8 @@ impl Pds {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start node start-pds.mjs");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut line = String::new();
-            let _ = BufReader::new(stdout).read_line(&mut line);
-            let _ = tx.send(line);
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(90)) {
-            Ok(line) if !line.trim().is_empty() => line,
-            other => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("start-pds.mjs printed no ready line: {other:?}");
-            }
-        };
-        let info: Value = serde_json::from_str(line.trim()).expect("ready line is JSON");
-        let field = |name: &str| {
-            info[name]
-                .as_str()
-                .unwrap_or_else(|| panic!("ready line lacks {name}: {line}"))
-                .to_owned()
-        };
+        let info = launch::ready_json(&mut child, "start-pds.mjs", Duration::from_secs(90));
+        let field = |name: &str| launch::field(&info, name);
         Pds {
             service: field("service"),
             plc: field("plc"),

@@ -9,7 +9,12 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+// Both harnesses include it; a suite that uses both compiles it twice.
+#[allow(clippy::duplicate_mod)]
+#[path = "../common_launch/mod.rs"]
+mod launch;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -92,31 +97,8 @@ impl Serve {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("start gelstore serve");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            let mut reader = BufReader::new(stdout);
-            let mut line = String::new();
-            let _ = reader.read_line(&mut line);
-            let _ = tx.send(line);
-            // Keep draining so the server never blocks on a full pipe.
-            let _ = std::io::copy(&mut reader, &mut std::io::sink());
-        });
-        let line = match rx.recv_timeout(Duration::from_secs(60)) {
-            Ok(line) if !line.trim().is_empty() => line,
-            other => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("gelstore serve printed no ready line: {other:?}");
-            }
-        };
-        let info: Value = serde_json::from_str(line.trim()).expect("ready line is JSON");
-        let field = |name: &str| {
-            info[name]
-                .as_str()
-                .unwrap_or_else(|| panic!("ready line lacks {name}: {line}"))
-                .to_owned()
-        };
+        let info = launch::ready_json(&mut child, "gelstore serve", Duration::from_secs(60));
+        let field = |name: &str| launch::field(&info, name);
         Serve {
             plc: field("service"),
             service: field("service"),
