@@ -15,13 +15,16 @@
 //! Both include a process start (the local CLI; the model command). Every
 //! loop is bounded by count and by a 120 s socket timeout.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+#[path = "../tests/common_launch/mod.rs"]
+mod launch;
 
 fn gel(data: &Path, args: &[&str]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_gelstore"))
@@ -73,18 +76,12 @@ fn serve(data: &Path, model: &str) -> (std::process::Child, Value) {
         .stderr(Stdio::null())
         .spawn()
         .expect("start gelstore serve");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    (child, serde_json::from_str(&line).expect("ready line"))
+    let ready = launch::ready_json(&mut child, "gelstore serve", Duration::from_secs(60));
+    (child, ready)
 }
 
 fn stop(mut child: std::process::Child) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
+    launch::terminate(&mut child);
 }
 
 /// Reads every frame of `reply` until the server closes; the frame count.

@@ -17,13 +17,15 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use base64::Engine as _;
 use gelstore::repo::events::{Frame, decode_frame, verify_commit};
 use gelstore::repo::keys::{KeyAlgorithm, PublicKey, SigningKey};
 use gelstore::repo::repository::{Repository, Write};
 use gelstore::repo::tid::Tid;
 use gelstore::store::MemoryEngine;
-use serde_json::{Value, json};
+
+#[path = "common/records.rs"]
+mod records;
+use records::message;
 
 const COLL: &str = "chat.gel.assistant.message";
 const MIXED: usize = 500;
@@ -118,32 +120,4 @@ fn main() {
         events.len() as f64 / t
     );
     assert_eq!(data, Some(repo.head().data));
-}
-
-fn next(rng: &mut u64) -> u64 {
-    *rng ^= *rng << 13;
-    *rng ^= *rng >> 7;
-    *rng ^= *rng << 17;
-    *rng
-}
-
-/// A sealed chat message of 300–900 bytes of ciphertext (as benches/repo.rs).
-fn message(i: usize, rng: &mut u64) -> Value {
-    let len = 300 + (next(rng) % 600) as usize;
-    let ciphertext: Vec<u8> = (0..len).map(|_| next(rng) as u8).collect();
-    let nonce: Vec<u8> = (0..24).map(|_| next(rng) as u8).collect();
-    let b64 = base64::engine::general_purpose::STANDARD;
-    json!({
-        "$type": COLL,
-        "chat": "at://did:plc:ewvi7nxzyoun6zhxrhs64oiz/chat.gel.assistant.chat/3lbqzcx2ss222",
-        "role": if i.is_multiple_of(2) { "user" } else { "assistant" },
-        "status": "complete",
-        "content": {
-            "alg": "xchacha20poly1305-hkdf-sha256-v1",
-            "keyId": "ck-3lbqzcx2ss222-0",
-            "nonce": {"$bytes": b64.encode(&nonce)},
-            "ciphertext": {"$bytes": b64.encode(&ciphertext)},
-        },
-        "createdAt": "2025-11-29T19:41:07.250Z",
-    })
 }

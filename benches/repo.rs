@@ -14,13 +14,15 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use gelstore::model::Cid;
 use gelstore::repo::blocks::{BlockSource, StoreError};
 use gelstore::repo::mst::Mst;
 use gelstore::repo::repository::{ImportOptions, Repository, Write, verify_car};
 use gelstore::repo::tid::Tid;
-use serde_json::{Value, json};
+
+#[path = "common/records.rs"]
+mod records;
+use records::message;
 
 const COLL: &str = "chat.gel.assistant.message";
 const SINGLE: usize = 5_000;
@@ -297,33 +299,4 @@ fn du(dir: &Path) -> u64 {
         };
     }
     total
-}
-
-fn next(rng: &mut u64) -> u64 {
-    *rng ^= *rng << 13;
-    *rng ^= *rng >> 7;
-    *rng ^= *rng << 17;
-    *rng
-}
-
-/// A sealed assistant message like the project's fixtures, with random
-/// ciphertext of 300–900 bytes.
-fn message(i: usize, rng: &mut u64) -> Value {
-    let len = 300 + (next(rng) % 600) as usize;
-    let ciphertext: Vec<u8> = (0..len).map(|_| next(rng) as u8).collect();
-    let nonce: Vec<u8> = (0..24).map(|_| next(rng) as u8).collect();
-    let b64 = base64::engine::general_purpose::STANDARD;
-    json!({
-        "$type": COLL,
-        "chat": "at://did:plc:ewvi7nxzyoun6zhxrhs64oiz/chat.gel.assistant.chat/3lbqzcx2ss222",
-        "role": if i.is_multiple_of(2) { "user" } else { "assistant" },
-        "status": "complete",
-        "content": {
-            "alg": "xchacha20poly1305-hkdf-sha256-v1",
-            "keyId": "ck-3lbqzcx2ss222-0",
-            "nonce": {"$bytes": b64.encode(&nonce)},
-            "ciphertext": {"$bytes": b64.encode(&ciphertext)},
-        },
-        "createdAt": "2025-11-29T19:41:07.250Z",
-    })
 }

@@ -24,6 +24,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[path = "../tests/common_launch/mod.rs"]
+mod launch;
+
 const COLL: &str = "app.example.note";
 const DEADLINE: Duration = Duration::from_secs(120);
 
@@ -38,34 +41,8 @@ struct Peer {
 
 impl Drop for Peer {
     fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        for _ in 0..100 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        launch::terminate(&mut self.child);
     }
-}
-
-fn ready_line(child: &mut Child) -> Value {
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(stdout);
-        let mut line = String::new();
-        let _ = reader.read_line(&mut line);
-        let _ = tx.send(line);
-        let _ = std::io::copy(&mut reader, &mut std::io::sink());
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(90))
-        .expect("ready line");
-    serde_json::from_str(line.trim()).expect("ready line is JSON")
 }
 
 fn start_gelstore(data: &Path) -> Peer {
@@ -78,15 +55,15 @@ fn start_gelstore(data: &Path) -> Peer {
         .stderr(Stdio::inherit())
         .spawn()
         .expect("start gelstore serve");
-    let info = ready_line(&mut child);
+    let info = launch::ready_json(&mut child, "gelstore serve", Duration::from_secs(90));
     let service = info["service"].as_str().unwrap();
     Peer {
         name: "gelstore serve",
         addr: service
             .trim_start_matches("http://")
             .replace("localhost", "127.0.0.1"),
-        did: info["did"].as_str().unwrap().to_owned(),
-        handle: info["handle"].as_str().unwrap().to_owned(),
+        did: launch::field(&info, "did"),
+        handle: launch::field(&info, "handle"),
         password: "bench".into(),
         child,
     }
@@ -110,7 +87,7 @@ fn start_reference() -> Option<Peer> {
         .stderr(Stdio::null())
         .spawn()
         .ok()?;
-    let info = ready_line(&mut child);
+    let info = launch::ready_json(&mut child, "start-pds.mjs", Duration::from_secs(90));
     let service = info["service"].as_str()?;
     Some(Peer {
         name: "reference PDS",

@@ -12,6 +12,9 @@
 //! Needs Node (20+) and npm. The first run installs the harness with
 //! `npm ci` into `tests/reference/node_modules` (the npm registry only).
 
+#[path = "common_launch/mod.rs"]
+mod launch;
+
 mod common;
 
 use std::collections::BTreeMap;
@@ -45,28 +48,10 @@ fn ensure_installed() -> &'static Path {
         if dir.join("node_modules/@atproto/repo/package.json").exists() {
             return dir;
         }
-        let started = std::time::Instant::now();
-        let output = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run npm ({e}): the reference differential test needs Node 20+ \
-                     and npm on PATH to install tests/reference (npm ci)"
-                )
-            });
-        assert!(
-            output.status.success(),
-            "npm ci in {} failed:\n{}\n{}",
-            dir.display(),
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        eprintln!(
-            "installed the reference harness in {:.1?}",
-            started.elapsed()
+        launch::npm_ci(
+            &dir,
+            &[],
+            "the reference differential tests (tests/reference)",
         );
         dir
     })

@@ -3,6 +3,7 @@
 //! the inductive verifier from an empty repository on), cursors and
 //! retention, and tampered frames.
 
+mod common;
 #[allow(dead_code)]
 #[path = "generated_atproto/mod.rs"]
 mod generated;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use gelstore::lexicon::support::Validate;
 use gelstore::model::{self, Cid, Ipld};
 
+use common::split_frame;
 use gelstore::repo::car::{Car, CarWriter};
 use gelstore::repo::events::{
     CommitEvent, EventError, Frame, OpAction, RepoEvent, VerifyEventError, decode_frame,
@@ -168,18 +170,6 @@ fn ops_match_the_commit() {
     let actions: Vec<_> = commit_of(&events[2]).ops.iter().map(|o| o.action).collect();
     assert_eq!(actions, [OpAction::Update, OpAction::Create]);
     assert_eq!(commit_of(&events[3]).ops[0].action, OpAction::Delete);
-}
-
-/// The header and the raw body of a frame.
-fn split_frame(frame: &[u8]) -> (Ipld, Ipld) {
-    let at = match model::decode_dag_cbor(frame) {
-        Err(model::DataModelError::TrailingBytes { offset, .. }) => offset,
-        other => panic!("a frame is two items: {other:?}"),
-    };
-    (
-        model::decode_dag_cbor(&frame[..at]).unwrap(),
-        model::decode_dag_cbor(&frame[at..]).unwrap(),
-    )
 }
 
 fn keys(v: &Ipld) -> Vec<&str> {

@@ -6,6 +6,9 @@
 //! Needs Node (20+) and npm. The first run installs the harness with
 //! `npm ci` into `tests/reference/node_modules`.
 
+#[path = "common_launch/mod.rs"]
+mod launch;
+
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -28,17 +31,7 @@ fn harness() -> &'static Path {
             .join("node_modules/@atproto/lex-cbor/package.json")
             .exists()
         {
-            let out = Command::new("npm")
-                .args(["ci", "--no-audit", "--no-fund"])
-                .current_dir(&dir)
-                .stdin(Stdio::null())
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run npm ({e}): Node 20+ and npm are needed"));
-            assert!(
-                out.status.success(),
-                "npm ci failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            launch::npm_ci(&dir, &[], "the reference event tests (tests/reference)");
         }
         dir
     })

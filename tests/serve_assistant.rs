@@ -8,15 +8,16 @@
 //! the generated `SubscribeReplyMessage::from_frame` and validated against
 //! the lexicon.
 
+mod common;
 mod common_serve;
 
 use std::net::TcpStream;
 use std::path::Path;
 
+use common::split_frame;
 use common_serve::{Serve, first_line, gel_ok, http};
 use gelstore::lexicon::chat::gel::assistant::subscribe_reply::SubscribeReplyMessage;
 use gelstore::lexicon::support::Validate;
-use gelstore::model::{Ipld, decode_dag_cbor, encode_dag_cbor};
 use serde_json::{Value, json};
 use tungstenite::Message;
 
@@ -61,22 +62,6 @@ impl Frame {
             Frame::Error { .. } => -1,
         }
     }
-}
-
-/// Splits a binary message into its two DAG-CBOR values.
-fn split_frame(bytes: &[u8]) -> (Ipld, Ipld) {
-    // The header is a small map: find where its encoding ends by
-    // re-encoding prefixes' decodes.
-    for cut in 1..bytes.len() {
-        if let (Ok(h), Ok(b)) = (
-            decode_dag_cbor(&bytes[..cut]),
-            decode_dag_cbor(&bytes[cut..]),
-        ) {
-            assert_eq!(encode_dag_cbor(&h).unwrap(), &bytes[..cut]);
-            return (h, b);
-        }
-    }
-    panic!("not a header + body frame: {bytes:?}");
 }
 
 /// Subscribes to `reply` (with `cursor`) and reads every frame until the

@@ -15,33 +15,16 @@ use std::process::{Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use gelstore::repo::repository::{Repository, Write};
-use gelstore::repo::tid::Tid;
+use gelstore::repo::repository::Repository;
 use gelstore::sync::{self, Progress, SyncError, SyncOptions};
 use serde_json::Value;
 
-use common_peer::{Peer, gel, gel_command, mirror, ok, on_both_peers};
+use common_peer::{Peer, add_chat_records, gel, gel_command, mirror, ok, on_both_peers, sync_args};
 use common_proxy::Proxy;
 
 const PREFIX: &str = "chat.gel.assistant.";
 
 /// `gelstore sync` through `service` (the proxy) with the PDS's account.
-fn sync_args<'a>(pds: &'a Peer, service: &'a str, password: &'a str) -> Vec<&'a str> {
-    vec![
-        "sync",
-        "--pds",
-        service,
-        "--identifier",
-        &pds.handle,
-        "--password",
-        password,
-        "--plc",
-        pds.plc_arg(),
-        "--format",
-        "json",
-    ]
-}
-
 fn options(pds: &Peer, service: &str) -> SyncOptions {
     pds.options_via(service)
 }
@@ -132,21 +115,7 @@ fn device_with_chat(data: &Path) -> String {
 
 /// `n` chat records written straight into the store (TID keys).
 fn add_chats(data: &Path, n: u64) {
-    let mut repo = Repository::open(data).unwrap();
-    let writes: Vec<Write> = (0..n)
-        .map(|i| {
-            let rkey = Tid::from_u64((1_700_000_000_000_000 + i) << 10).to_string();
-            Write::create(
-                "chat.gel.assistant.chat",
-                rkey,
-                serde_json::json!({
-                    "$type": "chat.gel.assistant.chat",
-                    "createdAt": "2026-01-01T00:00:00.000Z",
-                }),
-            )
-        })
-        .collect();
-    repo.apply(&writes).unwrap();
+    add_chat_records(data, 1_700_000_000_000_000, n, 0);
 }
 
 fn stderr(out: &Output) -> String {
@@ -316,21 +285,7 @@ fn an_expired_session_is_refreshed_once_and_the_call_repeated(pds: Peer) {
 
 /// `n` more chat records, with keys after those of [`add_chats`].
 fn add_chats_after(data: &Path, n: u64) {
-    let mut repo = Repository::open(data).unwrap();
-    let writes: Vec<Write> = (0..n)
-        .map(|i| {
-            let rkey = Tid::from_u64((1_800_000_000_000_000 + i) << 10).to_string();
-            Write::create(
-                "chat.gel.assistant.chat",
-                rkey,
-                serde_json::json!({
-                    "$type": "chat.gel.assistant.chat",
-                    "createdAt": "2026-01-02T00:00:00.000Z",
-                }),
-            )
-        })
-        .collect();
-    repo.apply(&writes).unwrap();
+    add_chat_records(data, 1_800_000_000_000_000, n, 0);
 }
 
 fn a_sync_killed_mid_push_is_finished_by_the_next_run(pds: Peer) {
@@ -463,24 +418,7 @@ fn large_records_go_in_batches_under_the_pds_body_limit(pds: Peer) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     ok(d, &["device", "init"]);
-    {
-        let mut repo = Repository::open(d).unwrap();
-        let writes: Vec<Write> = (0..150u64)
-            .map(|i| {
-                let rkey = Tid::from_u64((1_700_000_000_000_000 + i) << 10).to_string();
-                Write::create(
-                    "chat.gel.assistant.chat",
-                    rkey,
-                    serde_json::json!({
-                        "$type": "chat.gel.assistant.chat",
-                        "createdAt": "2026-01-01T00:00:00.000Z",
-                        "pad": "x".repeat(4000),
-                    }),
-                )
-            })
-            .collect();
-        repo.apply(&writes).unwrap();
-    }
+    add_chat_records(d, 1_700_000_000_000_000, 150, 4000);
     let report = sync::sync(d, &options(&pds, &pds.service)).unwrap();
     let local = local_records(d);
     assert_eq!(report.push.created, local.len());

@@ -14,12 +14,11 @@ use gelstore::repo::blocks::MemoryBlocks;
 use gelstore::repo::keys::{KeyAlgorithm, PublicKey};
 use gelstore::repo::mst::Mst;
 use gelstore::repo::repository::{Repository, Write};
-use gelstore::repo::tid::Tid;
 use gelstore::repo::verify::{SignatureCheck, SignatureStatus, VerifyOptions, verify_repo_car};
 use gelstore::sync;
 use serde_json::Value;
 
-use common_peer::{Kind, Peer, gel, mirror, ok, on_both_peers};
+use common_peer::{Kind, Peer, add_chat_records, gel, mirror, ok, on_both_peers, sync_args};
 
 /// Text that must never reach the PDS in the clear.
 const MARKER: &str = "PLAINTEXT-MARKER-q7Zx";
@@ -89,22 +88,6 @@ fn pds_key(pds: &Peer) -> PublicKey {
         }
         _ => PublicKey::from_multikey(multibase).unwrap(),
     }
-}
-
-fn sync_args<'a>(pds: &'a Peer, password: &'a str) -> Vec<&'a str> {
-    vec![
-        "sync",
-        "--pds",
-        &pds.service,
-        "--identifier",
-        &pds.handle,
-        "--password",
-        password,
-        "--plc",
-        pds.plc_arg(),
-        "--format",
-        "json",
-    ]
 }
 
 /// The MST root over the local store's `chat.gel.assistant.*` records.
@@ -186,7 +169,7 @@ fn device_chat_sync_verify_and_resync(pds: Peer) {
     let head_before = Repository::open(d).unwrap().head();
 
     // Bad password: a named error, exit 1, nothing written anywhere.
-    let out = gel(d, &sync_args(&pds, "not-the-password"));
+    let out = gel(d, &sync_args(&pds, &pds.service, "not-the-password"));
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -205,7 +188,7 @@ fn device_chat_sync_verify_and_resync(pds: Peer) {
     if pds.kind == Kind::Pds {
         // A DID document that cannot be had (the PLC URL is wrong): a
         // named error before anything is pushed.
-        let mut args = sync_args(&pds, &pds.password);
+        let mut args = sync_args(&pds, &pds.service, &pds.password);
         args[8] = &pds.service;
         let out = gel(d, &args);
         assert_eq!(out.status.code(), Some(1));
@@ -214,7 +197,7 @@ fn device_chat_sync_verify_and_resync(pds: Peer) {
         assert!(list_records(&pds, "chat.gel.assistant.message").is_empty());
 
         // An unreachable PLC directory: exit 2.
-        let mut args = sync_args(&pds, &pds.password);
+        let mut args = sync_args(&pds, &pds.service, &pds.password);
         args[8] = "http://127.0.0.1:9";
         let out = gel(d, &args);
         assert_eq!(out.status.code(), Some(2));
@@ -242,7 +225,8 @@ fn device_chat_sync_verify_and_resync(pds: Peer) {
     assert!(err.contains("cannot reach http://127.0.0.1:9"), "{err}");
 
     // First sync: everything goes up, the repository verifies.
-    let report: Value = serde_json::from_str(&ok(d, &sync_args(&pds, &pds.password))).unwrap();
+    let report: Value =
+        serde_json::from_str(&ok(d, &sync_args(&pds, &pds.service, &pds.password))).unwrap();
     let (root, ours) = local_root(d);
     assert_eq!(report["did"], pds.did.as_str());
     assert_eq!(report["push"]["created"], ours as u64, "{report}");
@@ -305,7 +289,7 @@ fn device_chat_sync_verify_and_resync(pds: Peer) {
 
     // Second sync (logging in with the DID this time): nothing new is
     // pushed, no new commit on the PDS.
-    let mut args = sync_args(&pds, &pds.password);
+    let mut args = sync_args(&pds, &pds.service, &pds.password);
     args[4] = &pds.did;
     let again: Value = serde_json::from_str(&ok(d, &args)).unwrap();
     assert_eq!(again["push"]["created"], 0, "{again}");
@@ -328,7 +312,8 @@ fn device_chat_sync_verify_and_resync(pds: Peer) {
         sync::SyncState::default().save_all(&repo).unwrap();
     }
     assert_eq!(mirror(d), sync::SyncState::default());
-    let retry: Value = serde_json::from_str(&ok(d, &sync_args(&pds, &pds.password))).unwrap();
+    let retry: Value =
+        serde_json::from_str(&ok(d, &sync_args(&pds, &pds.service, &pds.password))).unwrap();
     assert_eq!(retry["push"]["retried"], 0, "{retry}");
     assert_eq!(retry["push"]["created"], 0, "{retry}");
     assert_eq!(retry["push"]["unchanged"], ours as u64, "{retry}");
@@ -354,7 +339,8 @@ fn device_chat_sync_verify_and_resync(pds: Peer) {
         ])
         .unwrap();
     }
-    let changed: Value = serde_json::from_str(&ok(d, &sync_args(&pds, &pds.password))).unwrap();
+    let changed: Value =
+        serde_json::from_str(&ok(d, &sync_args(&pds, &pds.service, &pds.password))).unwrap();
     assert_eq!(changed["push"]["updated"], 1, "{changed}");
     assert_eq!(changed["push"]["deleted"], 1, "{changed}");
     assert_eq!(changed["push"]["created"], 0, "{changed}");
@@ -372,7 +358,7 @@ fn device_chat_sync_verify_and_resync(pds: Peer) {
     // one account per data folder, on a second server): this store is
     // linked to the first one's.
     let bob = pds.another_account();
-    let mut args = sync_args(&pds, &bob.password);
+    let mut args = sync_args(&pds, &pds.service, &bob.password);
     args[2] = &bob.service;
     args[4] = &bob.handle;
     let out = gel(d, &args);
@@ -394,23 +380,7 @@ fn large_push_goes_in_batches_of_200(pds: Peer) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     ok(d, &["device", "init"]);
-    {
-        let mut repo = Repository::open(d).unwrap();
-        let writes: Vec<Write> = (0..250u64)
-            .map(|i| {
-                let rkey = Tid::from_u64((1_700_000_000_000_000 + i) << 10).to_string();
-                Write::create(
-                    "chat.gel.assistant.chat",
-                    rkey,
-                    serde_json::json!({
-                        "$type": "chat.gel.assistant.chat",
-                        "createdAt": "2026-01-01T00:00:00.000Z",
-                    }),
-                )
-            })
-            .collect();
-        repo.apply(&writes).unwrap();
-    }
+    add_chat_records(d, 1_700_000_000_000_000, 250, 0);
     let opts = pds.options();
     let (root, ours) = local_root(d);
     assert!(ours >= 250);

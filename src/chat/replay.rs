@@ -211,24 +211,37 @@ mod tests {
                 kinds(&mut live.iter().copied()),
                 "{case}"
             );
-            let texts: Vec<&str> = replayed
+            // Each replayed text is what a live client ended up showing
+            // for that message id: the live run's last `message` for it,
+            // or its deltas put together.
+            let mut texts: Vec<(String, String)> = replayed
                 .iter()
                 .filter_map(|e| match e {
-                    AssistantEvent::Message { text, .. } => Some(text.as_str()),
+                    AssistantEvent::Message {
+                        message_id, text, ..
+                    } => Some((message_id.clone(), text.clone())),
                     _ => None,
                 })
                 .collect();
-            let recorded: Vec<&str> = finished
-                .reply
-                .content
-                .parts
-                .iter()
-                .filter_map(|p| match p {
-                    PlainContentPartsItem::TextPart(t) => Some(t.text.as_str()),
-                    _ => None,
-                })
-                .collect();
-            assert_eq!(texts, recorded, "{case}");
+            let mut shown: std::collections::BTreeMap<String, String> = Default::default();
+            let mut snapshot: std::collections::BTreeMap<String, String> = Default::default();
+            for e in &finished.events {
+                match e {
+                    AssistantEvent::TextDelta { message_id, text } => {
+                        shown.entry(message_id.clone()).or_default().push_str(text);
+                    }
+                    AssistantEvent::Message {
+                        message_id, text, ..
+                    } => {
+                        snapshot.insert(message_id.clone(), text.clone());
+                    }
+                    _ => {}
+                }
+            }
+            shown.extend(snapshot);
+            let live: Vec<(String, String)> = shown.into_iter().collect();
+            texts.sort();
+            assert_eq!(texts, live, "{case}");
         }
     }
 

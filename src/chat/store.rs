@@ -203,6 +203,9 @@ pub struct ChatStore {
     /// Others wrote since the index was loaded ([`ChatStore::refresh`]):
     /// reload it before the next use.
     index_stale: bool,
+    /// Whether this store keeps `chat-approvals.json` current (see
+    /// [`ChatStore::open_without_index`]).
+    keeps_index: bool,
 }
 
 impl std::fmt::Debug for ChatStore {
@@ -218,18 +221,30 @@ impl ChatStore {
     /// Opens the data folder's device (`gelstore device init` first) and
     /// the approval index (rebuilt from the records if missing or stale).
     pub fn open(dir: impl AsRef<Path>) -> Result<ChatStore> {
+        let mut store = ChatStore::open_without_index(dir)?;
+        store.keeps_index = true;
+        store.load_index()?;
+        Ok(store)
+    }
+
+    /// Opens the device without keeping the approval index: for a host
+    /// that others write around all the time (the server, which keeps its
+    /// own index of clear fields), where keeping it current would rebuild
+    /// it at every reply. The file is left as it is; a store opened with
+    /// [`ChatStore::open`] later finds it behind the head and rebuilds it.
+    /// [`ChatStore::approvals`] still works (it reads the index afresh).
+    pub fn open_without_index(dir: impl AsRef<Path>) -> Result<ChatStore> {
         let dir = dir.as_ref().to_path_buf();
         let device = Device::open(&dir)?;
-        let mut store = ChatStore {
+        Ok(ChatStore {
             dir,
             device,
             clock: TidClock::new(),
             waiting: BTreeMap::new(),
             rebuilt: false,
             index_stale: false,
-        };
-        store.load_index()?;
-        Ok(store)
+            keeps_index: false,
+        })
     }
 
     /// The device.
@@ -612,7 +627,7 @@ impl ChatStore {
     /// If user message `message` answers a waiting reply: the answer,
     /// checked against the chat as it was before it (without the
     /// continuations of the waiting reply). `None` for any other message.
-    pub fn answer_resolution(&self, message: Tid) -> Result<Option<Resolution>> {
+    fn answer_resolution(&self, message: Tid) -> Result<Option<Resolution>> {
         let (m, _) = self.message(&message.to_string())?;
         let Some(chat) = chat_of(&m) else {
             return Ok(None);
@@ -624,16 +639,11 @@ impl ChatStore {
         resolution_in(&records, message)
     }
 
-    /// The messages a reply to user message `message` continues: from the
-    /// chat's first message along `parent` links to `message` itself,
-    /// opened where this device can (what a model is given as history).
-    pub fn branch(&self, message: Tid) -> Result<Vec<ChatRecord>> {
-        Ok(self.reply_inputs(message)?.0)
-    }
-
     /// What a host needs to run the reply to user message `message`, from
-    /// one read of its chat: [`ChatStore::branch`] and
-    /// [`ChatStore::answer_resolution`].
+    /// one read of its chat: the branch it continues (from the chat's first
+    /// message along `parent` links to `message` itself, opened where this
+    /// device can: what a model is given as history) and, for an approval
+    /// answer, the checked answer ([`ChatStore::answer_resolution`]).
     pub fn reply_inputs(&self, message: Tid) -> Result<(Vec<ChatRecord>, Option<Resolution>)> {
         let (m, _) = self.message(&message.to_string())?;
         let chat = own_chat(&m, "message")?;
@@ -658,6 +668,9 @@ impl ChatStore {
     /// Every path that reads or changes the index calls this first (before
     /// its own commit, so a reload sees the records it missed).
     fn ensure_index(&mut self) -> Result<()> {
+        if !self.keeps_index {
+            return Ok(());
+        }
         if self.index_stale {
             self.load_index()?;
             self.index_stale = false;
@@ -760,7 +773,11 @@ impl ChatStore {
     /// The replies waiting for an approval answer, across all chats, from
     /// the index.
     pub fn approvals(&mut self) -> Result<Vec<WaitingApproval>> {
-        self.ensure_index()?;
+        if self.keeps_index {
+            self.ensure_index()?;
+        } else {
+            self.load_index()?;
+        }
         let mut out = Vec::with_capacity(self.waiting.len());
         for e in self.waiting.values() {
             let (m, _) = self.message(&e.reply)?;
@@ -897,6 +914,9 @@ impl ChatStore {
     /// Saves the index with the current head (atomically: a temporary file
     /// renamed over it). Called after every commit this store makes.
     fn save_index(&self) -> Result<()> {
+        if !self.keeps_index {
+            return Ok(());
+        }
         let file = IndexFile {
             version: 1,
             head: self.device.repo().head().commit.to_string(),
@@ -1006,7 +1026,7 @@ fn resolution_in(records: &[ChatRecord], message: Tid) -> Result<Option<Resoluti
     Ok(Some(check_answer(&before, &parent_key, &decisions)?))
 }
 
-/// [`ChatStore::branch`] over the chat's opened `records`.
+/// The branch of [`ChatStore::reply_inputs`] over the chat's opened `records`.
 fn branch_in(records: Vec<ChatRecord>, message: Tid) -> Vec<ChatRecord> {
     let mut by_key: BTreeMap<String, ChatRecord> =
         records.into_iter().map(|r| (r.key.clone(), r)).collect();

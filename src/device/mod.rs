@@ -165,6 +165,9 @@ pub struct Device {
     state: DeviceState,
     /// The head commit the keyring was derived at.
     derived_at: crate::model::Cid,
+    /// The key records (device, keyWrap: path and CID) it was derived
+    /// from: a head that moved without changing them needs no new keyring.
+    derived_from: Vec<(String, crate::model::Cid)>,
 }
 
 impl std::fmt::Debug for Device {
@@ -306,6 +309,7 @@ impl Device {
     fn build(repo: Repository, key: DeviceKey, state: DeviceState) -> Result<Device, DeviceError> {
         let (did, keyring, records, report) = derive(&repo, &key, &state)?;
         let derived_at = repo.head().commit;
+        let derived_from = key_record_cids(&repo)?;
         Ok(Device {
             repo,
             did,
@@ -315,21 +319,31 @@ impl Device {
             key,
             state,
             derived_at,
+            derived_from,
         })
     }
 
-    /// Re-derives the keyring if the repository moved since it was derived
-    /// (a writer other than this `Device` — a server's XRPC client, a
-    /// sync — may have added key wraps or device records). Returns whether
-    /// it did. On error the old keyring stays.
+    /// Follows a repository that moved since the keyring was derived (a
+    /// writer other than this `Device` — a server's XRPC client, a sync):
+    /// re-derives the keyring if the key records (device, keyWrap)
+    /// changed. Returns whether the repository moved. On error the old
+    /// keyring stays.
     pub fn reload_if_moved(&mut self) -> Result<bool, DeviceError> {
         let head = self.repo.head().commit;
         if head == self.derived_at {
             return Ok(false);
         }
+        // Listing the key records' CIDs is cheap; re-deriving opens every
+        // wrap (HPKE): only when those records changed.
+        let now = key_record_cids(&self.repo)?;
+        if now == self.derived_from {
+            self.derived_at = head;
+            return Ok(true);
+        }
         let (did, keyring, records, report) = derive(&self.repo, &self.key, &self.state)?;
         (self.did, self.keyring, self.records, self.report) = (did, keyring, records, report);
         self.derived_at = head;
+        self.derived_from = now;
         Ok(true)
     }
 
@@ -494,6 +508,11 @@ impl Device {
     fn keep_derived(&mut self, current: bool) {
         if current {
             self.derived_at = self.repo.head().commit;
+            // Its own wraps moved the key records; the keyring already
+            // holds them. An error here only costs a re-derive later.
+            if let Ok(now) = key_record_cids(&self.repo) {
+                self.derived_from = now;
+            }
         }
     }
 
@@ -565,6 +584,20 @@ fn admitted_state(dir: &Path) -> Result<DeviceState, DeviceError> {
             path: dir.display().to_string(),
         }),
     }
+}
+
+/// The paths and CIDs of the records a keyring is derived from.
+fn key_record_cids(repo: &Repository) -> Result<Vec<(String, crate::model::Cid)>, DeviceError> {
+    let mut out = Vec::new();
+    for collection in [
+        records::DEVICE_COLLECTION,
+        crate::seal::wrap::KEY_WRAP_COLLECTION,
+    ] {
+        for item in repo.list(Some(collection))? {
+            out.push(item?);
+        }
+    }
+    Ok(out)
 }
 
 /// The keyring of an admitted device, re-derived from the repository's

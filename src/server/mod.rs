@@ -462,7 +462,7 @@ async fn open_chats(data: &std::path::Path, repo: Repository) -> Result<ChatStor
                 },
             )?;
         }
-        ChatStore::open(&data).map_err(|e| ServeError::Assistant(e.to_string()))
+        ChatStore::open_without_index(&data).map_err(|e| ServeError::Assistant(e.to_string()))
     })
     .await
     .map_err(std::io::Error::other)?

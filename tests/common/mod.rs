@@ -166,3 +166,17 @@ pub fn random_records(rng: &mut Rng, n: usize) -> BTreeMap<String, Value> {
     }
     out
 }
+
+/// The header and the body of an event-stream frame (two DAG-CBOR items
+/// back to back): the first decode stops where the header ends.
+pub fn split_frame(frame: &[u8]) -> (gelstore::model::Ipld, gelstore::model::Ipld) {
+    use gelstore::model::{DataModelError, decode_dag_cbor};
+    let at = match decode_dag_cbor(frame) {
+        Err(DataModelError::TrailingBytes { offset, .. }) => offset,
+        other => panic!("a frame is two items: {other:?}"),
+    };
+    (
+        decode_dag_cbor(&frame[..at]).unwrap(),
+        decode_dag_cbor(&frame[at..]).unwrap(),
+    )
+}

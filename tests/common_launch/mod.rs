@@ -1,9 +1,15 @@
 //! What the test peers (`gelstore serve`, the reference PDS launcher in
 //! `tests/pds`) share: each prints one JSON line on stdout once it is
-//! ready. Included by `common_serve` and `common_pds` with `#[path]`.
+//! ready, and stops cleanly on SIGTERM; each harness installs its npm
+//! packages with `npm ci` on first use. Included with `#[path]` by
+//! `common_serve`, `common_pds`, the reference suites and the benches that
+//! start peers.
+
+#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::process::Child;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -38,4 +44,45 @@ pub fn field(info: &Value, name: &str) -> String {
         .as_str()
         .unwrap_or_else(|| panic!("ready line lacks {name}: {info}"))
         .to_owned()
+}
+
+/// Stops `child`: SIGTERM (a clean stop: the server closes its store, the
+/// PDS launcher deletes its data), then SIGKILL if it has not gone in 10 s.
+pub fn terminate(child: &mut Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    for _ in 0..100 {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// `npm ci` in `dir` (with `extra` arguments), for a harness whose
+/// packages are missing; panics with npm's output if it fails. `needs`
+/// says what the caller needs npm for, for the message when npm is absent.
+pub fn npm_ci(dir: &Path, extra: &[&str], needs: &str) {
+    let started = std::time::Instant::now();
+    let output = Command::new("npm")
+        .args(["ci", "--no-audit", "--no-fund"])
+        .args(extra)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run npm ({e}): {needs} need Node 20+ and npm on PATH"));
+    assert!(
+        output.status.success(),
+        "npm ci in {} failed:\n{}\n{}",
+        dir.display(),
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    eprintln!("installed {} in {:.1?}", dir.display(), started.elapsed());
 }

@@ -46,33 +46,16 @@ fn ensure_installed() -> &'static Path {
         if built.exists() && dir.join("node_modules/@atproto/pds/package.json").exists() {
             return dir;
         }
-        let started = std::time::Instant::now();
         // `--nodedir=/usr`: node-gyp takes the Node headers from
-        // /usr/include/node instead of downloading them.
-        let mut cmd = Command::new("npm");
-        cmd.args(["ci", "--no-audit", "--no-fund"]);
-        if Path::new("/usr/include/node/node.h").exists() {
-            cmd.arg("--nodedir=/usr");
-        }
-        let output = cmd
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot run npm ({e}): the PDS tests need Node 20+ and npm on PATH \
-                     to install tests/pds (npm ci)"
-                )
-            });
-        assert!(
-            output.status.success(),
-            "npm ci in {} failed (better-sqlite3 needs g++, make, python3):\n{}\n{}",
-            dir.display(),
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        // /usr/include/node instead of downloading them. better-sqlite3
+        // compiles from source: g++, make and python3.
+        let nodedir: &[&str] = if Path::new("/usr/include/node/node.h").exists() {
+            &["--nodedir=/usr"]
+        } else {
+            &[]
+        };
+        launch::npm_ci(&dir, nodedir, "the PDS tests (tests/pds)");
         assert!(built.exists(), "npm ci did not build better-sqlite3");
-        eprintln!("installed the PDS harness in {:.1?}", started.elapsed());
         dir
     })
 }
@@ -113,17 +96,7 @@ impl Pds {
 impl Drop for Pds {
     fn drop(&mut self) {
         // SIGTERM lets the launcher close both servers and delete its data
-        // folder; SIGKILL only if it does not go within 10 s.
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        for _ in 0..100 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        // folder.
+        launch::terminate(&mut self.child);
     }
 }

@@ -11,7 +11,8 @@
 
 use std::path::Path;
 
-use gelstore::repo::repository::Repository;
+use gelstore::repo::repository::{Repository, Write};
+use gelstore::repo::tid::Tid;
 use gelstore::sync::SyncState;
 
 use crate::common_pds::Pds;
@@ -235,4 +236,43 @@ pub fn ok(data: &std::path::Path, args: &[&str]) -> String {
 pub fn mirror(data: &Path) -> SyncState {
     let repo = Repository::open(data).unwrap();
     SyncState::load(data, &repo).unwrap()
+}
+
+/// Writes `n` chat records straight into the store of `data`, in one
+/// commit: TID keys from `first` (microseconds) on, each padded with `pad`
+/// bytes (0: none).
+pub fn add_chat_records(data: &Path, first: u64, n: u64, pad: usize) {
+    let mut repo = Repository::open(data).unwrap();
+    let writes: Vec<Write> = (0..n)
+        .map(|i| {
+            let mut value = serde_json::json!({
+                "$type": "chat.gel.assistant.chat",
+                "createdAt": "2026-01-01T00:00:00.000Z",
+            });
+            if pad > 0 {
+                value["pad"] = "x".repeat(pad).into();
+            }
+            let rkey = Tid::from_u64((first + i) << 10).to_string();
+            Write::create("chat.gel.assistant.chat", rkey, value)
+        })
+        .collect();
+    repo.apply(&writes).unwrap();
+}
+
+/// `gelstore sync` arguments for `peer`'s account through `service` (the
+/// peer's own URL, or a proxy in front of it), JSON report.
+pub fn sync_args<'a>(peer: &'a Peer, service: &'a str, password: &'a str) -> Vec<&'a str> {
+    vec![
+        "sync",
+        "--pds",
+        service,
+        "--identifier",
+        &peer.handle,
+        "--password",
+        password,
+        "--plc",
+        peer.plc_arg(),
+        "--format",
+        "json",
+    ]
 }

@@ -135,20 +135,7 @@ impl Serve {
     }
 
     fn terminate(&mut self) {
-        if let Ok(Some(_)) = self.child.try_wait() {
-            return;
-        }
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        for _ in 0..100 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        launch::terminate(&mut self.child);
     }
 
     /// A session's access token (createSession over raw HTTP).
@@ -331,21 +318,7 @@ pub fn clients() -> &'static Path {
         {
             return dir;
         }
-        let output = Command::new("npm")
-            .args(["ci", "--no-audit", "--no-fund"])
-            .current_dir(&dir)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("cannot run npm ({e}): the client tests need Node 20+ and npm")
-            });
-        assert!(
-            output.status.success(),
-            "npm ci in {} failed:\n{}\n{}",
-            dir.display(),
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
-        );
+        launch::npm_ci(&dir, &[], "the client tests");
         dir
     })
 }

@@ -31,6 +31,9 @@ pub(crate) struct CommitEventParts<'a> {
     /// Every other block the consumer needs: new MST nodes, new records and
     /// the covering proofs of the changed keys in the new tree.
     pub blocks: &'a BTreeMap<Cid, Vec<u8>>,
+    /// Already known to be `tooBig` (too many ops, or new blocks over the
+    /// limit before any proof): only the commit block is sent.
+    pub too_big: bool,
 }
 
 /// The stored event for `parts` with sequence number `seq`, stamped `time`.
@@ -39,8 +42,9 @@ pub(crate) fn commit_frame(
     time: &str,
     parts: &CommitEventParts<'_>,
 ) -> Result<RepoEvent, EventError> {
-    // Too many ops: `tooBig` without building the whole slice first.
-    let full = if parts.ops.len() > MAX_OPS {
+    // Known `tooBig`: the whole slice is not built. Otherwise the proofs
+    // may still take it over the limit.
+    let full = if parts.too_big || parts.ops.len() > MAX_OPS {
         None
     } else {
         Some(car(parts, true)?).filter(|c| c.len() <= MAX_BLOCKS_BYTES)

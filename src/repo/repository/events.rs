@@ -147,6 +147,7 @@ pub(super) fn stage_commit_event<S: BlockSource>(
         since: since.map(|h| (h.rev, h.data)),
         ops,
         blocks: &blocks,
+        too_big,
     };
     log.stage(engine, batch, &parts)
 }
