@@ -35,14 +35,14 @@ use crate::repo::repository::{RepoError, Repository};
 use crate::store::{Batch, Engine, Table};
 
 /// `Meta` row: the linked DID.
-pub const META_SYNC_DID: &[u8] = b"sync.did";
+const META_SYNC_DID: &[u8] = b"sync.did";
 /// `Meta` row: the PDS.
-pub const META_SYNC_SERVICE: &[u8] = b"sync.service";
+const META_SYNC_SERVICE: &[u8] = b"sync.service";
 /// `Meta` row: the mirrored head (JSON).
-pub const META_SYNC_REMOTE: &[u8] = b"sync.remote";
+const META_SYNC_REMOTE: &[u8] = b"sync.remote";
 
 /// What an old `sync.json` is renamed to once taken into the store.
-pub const MIGRATED_SUFFIX: &str = ".migrated";
+const MIGRATED_SUFFIX: &str = ".migrated";
 
 impl SyncState {
     /// Reads the mirror of the store in `data` from `repo`'s engine, after
@@ -50,12 +50,13 @@ impl SyncState {
     /// docs). Empty if the store was never synced.
     pub fn load(data: &Path, repo: &Repository) -> Result<SyncState, SyncError> {
         if let Some(old) = read_legacy(data)? {
-            // A store that already holds a mirror took this file in before
-            // (and the rename was lost): the store's is newer; only the
+            // A store already linked (its account row is written by every
+            // sync, the remote head not always) took this file in before
+            // and lost the rename: the store's mirror is newer; only the
             // rename is redone.
             let taken = repo
                 .engine()
-                .get(Table::Meta, META_SYNC_REMOTE)
+                .get(Table::Meta, META_SYNC_DID)
                 .map_err(|e| SyncError::Io {
                     what: "read the mirror".into(),
                     reason: e.to_string(),

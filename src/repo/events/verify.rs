@@ -24,12 +24,11 @@ use std::collections::BTreeSet;
 use cid::Cid;
 
 use super::frame::{CommitEvent, OpAction};
-use crate::model::{check_record, decode_dag_cbor};
 use crate::repo::car::{Car, CarError};
 use crate::repo::commit::{Commit, CommitError};
 use crate::repo::keys::PublicKey;
 use crate::repo::mst::{Mst, MstError, RecordOp};
-use crate::repo::records::repo_key;
+use crate::repo::verify::{check_record_block, check_repo_path};
 
 /// What a verified `#commit` establishes: the consumer's new state.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,11 +239,7 @@ fn check_ops(event: &CommitEvent, car: &Car) -> Result<Vec<RecordOp>, VerifyEven
             path: short.clone(),
             reason: reason.to_owned(),
         };
-        let (collection, rkey) = op
-            .path
-            .split_once('/')
-            .ok_or_else(|| bad("not a collection/rkey path"))?;
-        repo_key(collection, rkey).map_err(|e| bad(&e.to_string()))?;
+        check_repo_path(&op.path).map_err(|e| bad(&e.to_string()))?;
         if !seen.insert(op.path.as_str()) {
             return Err(bad("more than one op on this path"));
         }
@@ -265,12 +260,12 @@ fn check_ops(event: &CommitEvent, car: &Car) -> Result<Vec<RecordOp>, VerifyEven
                     path: short.clone(),
                     cid: Box::new(cid),
                 })?;
-            let record_error = |reason: String| VerifyEventError::BadRecord {
+            // The repository verifier's record check: a DAG-CBOR CID that
+            // is the block's hash, a record of the data model.
+            check_record_block(&op.path, &cid, block).map_err(|e| VerifyEventError::BadRecord {
                 path: short.clone(),
-                reason,
-            };
-            let value = decode_dag_cbor(block).map_err(|e| record_error(e.to_string()))?;
-            check_record(&value).map_err(|e| record_error(e.to_string()))?;
+                reason: e.to_string(),
+            })?;
         }
         out.push(RecordOp {
             key: op.path.clone(),
