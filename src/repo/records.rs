@@ -129,14 +129,17 @@ pub struct PreparedRecord {
     pub bytes: Vec<u8>,
 }
 
+/// Checks a collection NSID.
+pub fn check_collection(collection: &str) -> Result<(), RecordError> {
+    gelstore_codegen::syntax::check_nsid(collection).map_err(|e| RecordError::InvalidCollection {
+        collection: cut(collection),
+        reason: e.reason,
+    })
+}
+
 /// Checks the collection and record key and builds the MST key.
 pub fn repo_key(collection: &str, rkey: &str) -> Result<String, RecordError> {
-    gelstore_codegen::syntax::check_nsid(collection).map_err(|e| {
-        RecordError::InvalidCollection {
-            collection: cut(collection),
-            reason: e.reason,
-        }
-    })?;
+    check_collection(collection)?;
     gelstore_codegen::syntax::check_record_key(rkey).map_err(|e| RecordError::InvalidRkey {
         rkey: cut(rkey),
         reason: e.reason,

@@ -76,6 +76,7 @@ impl AuthClient {
             self.progress.pull_started(response.content_length());
         }
         let mut body = Vec::new();
+        let max = max_repo_bytes();
         let read = async {
             loop {
                 let chunk = tokio::time::timeout(GET_REPO_IDLE, response.chunk())
@@ -93,10 +94,9 @@ impl AuthClient {
                 };
                 // Over what the CAR reader takes: refused now, not after
                 // buffering all of it.
-                if body.len() + chunk.len() > max_repo_bytes() {
+                if body.len() + chunk.len() > max {
                     return Err(format!(
-                        "getRepo: the repository is over {} bytes, the most a CAR may hold here",
-                        max_repo_bytes()
+                        "getRepo: the repository is over {max} bytes, the most a CAR may hold here"
                     ));
                 }
                 if success {

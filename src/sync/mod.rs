@@ -345,19 +345,28 @@ pub(crate) fn split_key(key: &str) -> (&str, &str) {
     key.split_once('/').unwrap_or((key, ""))
 }
 
-/// The local records under [`COLLECTION_PREFIX`], in key order.
-pub(crate) fn local_records(repo: &Repository) -> Result<Vec<LocalRecord>, SyncError> {
-    let mut out = Vec::new();
-    for entry in repo.mst().entries_with_prefix(COLLECTION_PREFIX) {
-        let (key, cid) = entry.map_err(RepoError::from)?;
-        let (collection, rkey) = split_key(&key);
-        let value = repo
-            .get(collection, rkey)?
-            .ok_or_else(|| RepoError::Corrupt(format!("record {key} listed but missing")))?
-            .value;
-        out.push(LocalRecord { key, cid, value });
-    }
-    Ok(out)
+/// The keys and CIDs of the local records under [`COLLECTION_PREFIX`], in
+/// key order (no bodies read).
+fn local_cids(repo: &Repository) -> Result<Vec<(String, Cid)>, SyncError> {
+    repo.mst()
+        .entries_with_prefix(COLLECTION_PREFIX)
+        .map(|entry| entry.map_err(|e| RepoError::from(e).into()))
+        .collect()
+}
+
+/// The record at `key` (CID `cid`) with its body: read only for records
+/// a push sends.
+fn local_record(repo: &Repository, key: &str, cid: Cid) -> Result<LocalRecord, SyncError> {
+    let (collection, rkey) = split_key(key);
+    let value = repo
+        .get(collection, rkey)?
+        .ok_or_else(|| RepoError::Corrupt(format!("record {key} listed but missing")))?
+        .value;
+    Ok(LocalRecord {
+        key: key.to_owned(),
+        cid,
+        value,
+    })
 }
 
 enum Op<'a> {
@@ -455,18 +464,25 @@ pub fn push(
     state: &mut SyncState,
     report: &mut PushReport,
 ) -> Result<(), SyncError> {
-    let records = local_records(repo)?;
-    let mut ops = Vec::new();
+    // Bodies are read only for the records that go out.
+    let local = local_cids(repo)?;
     let mut present = std::collections::BTreeSet::new();
     let mut unchanged = 0;
-    for r in &records {
-        present.insert(r.key.as_str());
-        match state.pushed.get(&r.key) {
-            Some(cid) if *cid == r.cid.to_string() => unchanged += 1,
-            Some(cid) => ops.push(Op::Update(r, cid.clone())),
-            None => ops.push(Op::Create(r)),
+    let mut outgoing = Vec::new();
+    for (key, cid) in &local {
+        present.insert(key.as_str());
+        match state.pushed.get(key) {
+            Some(was) if *was == cid.to_string() => unchanged += 1,
+            was => outgoing.push((local_record(repo, key, *cid)?, was.cloned())),
         }
     }
+    let mut ops: Vec<Op> = outgoing
+        .iter()
+        .map(|(r, was)| match was {
+            Some(was) => Op::Update(r, was.clone()),
+            None => Op::Create(r),
+        })
+        .collect();
     report.unchanged = unchanged;
     for (key, cid) in &state.pushed {
         if !present.contains(key.as_str()) {
@@ -877,9 +893,7 @@ fn final_check(
     for (k, c) in &state.others {
         entries.insert(k.clone(), parse_marker_cid(k, c)?);
     }
-    for r in local_records(repo)? {
-        entries.insert(r.key, r.cid);
-    }
+    entries.extend(local_cids(repo)?);
     let expected = mirror::mirror_tree(&entries)?.root().to_string();
     if expected != head.data {
         return Err(SyncError::DataMismatch {

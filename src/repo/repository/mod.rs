@@ -83,7 +83,7 @@ use super::export::ExportError;
 use super::identity::{self, IdentityError};
 use super::keys::SigningKey;
 use super::mst::{Mst, MstError, RecordOp};
-use super::records::{RecordError, prepare_record, repo_key};
+use super::records::{RecordError, check_collection, prepare_record, repo_key};
 use super::tid::{Tid, TidClock, TidError};
 use super::verify::VerifyError;
 use crate::model::{decode_dag_cbor, ipld_to_json};
@@ -685,12 +685,7 @@ impl Repository {
     ) -> Result<impl Iterator<Item = Result<(String, Cid), RepoError>> + '_, RepoError> {
         let entries = match collection {
             Some(c) => {
-                gelstore_codegen::syntax::check_nsid(c).map_err(|e| {
-                    RecordError::InvalidCollection {
-                        collection: c.chars().take(100).collect(),
-                        reason: e.reason,
-                    }
-                })?;
+                check_collection(c)?;
                 self.mst.entries_with_prefix(&format!("{c}/"))
             }
             None => self.mst.entries(),
@@ -707,12 +702,7 @@ impl Repository {
         collection: &str,
         before: Option<&str>,
     ) -> Result<impl Iterator<Item = Result<(String, Cid), RepoError>> + '_, RepoError> {
-        gelstore_codegen::syntax::check_nsid(collection).map_err(|e| {
-            RecordError::InvalidCollection {
-                collection: collection.chars().take(100).collect(),
-                reason: e.reason,
-            }
-        })?;
+        check_collection(collection)?;
         let prefix = format!("{collection}/");
         let end = match before {
             Some(rkey) => format!("{prefix}{rkey}"),
