@@ -5,6 +5,7 @@ pub mod cli;
 pub mod device;
 pub mod lexicon;
 pub mod model;
+pub mod provider;
 pub mod repo;
 pub mod seal;
 pub mod server;

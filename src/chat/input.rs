@@ -301,6 +301,52 @@ impl StreamLine {
     }
 }
 
+impl StreamLine {
+    /// The line as compact JSON (no newline), in the form [`StreamLine::parse`]
+    /// reads back: `type` first, then the fields in camelCase. A model's
+    /// extra fields are not written (the parser does not keep them).
+    pub fn to_json_line(&self) -> String {
+        use serde_json::{Value, json};
+        let end = |kind: &str, stop: &MessageStopReason, usage: &Option<Usage>| {
+            let mut v = json!({"type": kind, "stopReason": stop});
+            if let Some(u) = usage {
+                v["usage"] = json!(u);
+            }
+            v
+        };
+        let v: Value = match self {
+            StreamLine::Event(e) => json!(e),
+            StreamLine::ProviderData {
+                content_index,
+                provider_data,
+            } => json!({
+                "type": "provider_data",
+                "contentIndex": content_index,
+                "providerData": provider_data,
+            }),
+            StreamLine::Model(m) => json!({"type": "model", "provider": m.provider, "id": m.id}),
+            StreamLine::TurnEnd { stop_reason, usage } => end("turn_end", stop_reason, usage),
+            StreamLine::Done { stop_reason, usage } => end("done", stop_reason, usage),
+            StreamLine::ToolResult { call_id, run } => {
+                let mut v = json!({"type": "tool_result", "callId": call_id});
+                if let (Value::Object(m), Value::Object(r)) = (&mut v, json!(run)) {
+                    m.extend(r);
+                }
+                v
+            }
+            StreamLine::Error { message, usage } => {
+                let mut v = json!({"type": "error", "message": message});
+                if let Some(u) = usage {
+                    v["usage"] = json!(u);
+                }
+                v
+            }
+            StreamLine::Abort => json!({"type": "abort"}),
+        };
+        v.to_string()
+    }
+}
+
 fn cut(s: &str) -> String {
     s.chars().take(64).collect()
 }
@@ -351,6 +397,80 @@ mod tests {
                 Err(LineError::Malformed { .. })
             ));
         }
+    }
+
+    #[test]
+    fn json_lines_round_trip() {
+        let usage = Usage {
+            input_tokens: Some(12),
+            output_tokens: Some(3),
+            reasoning_tokens: None,
+            cache_read_tokens: Some(0),
+            cache_write_tokens: None,
+            extra: Default::default(),
+        };
+        let lines = [
+            StreamLine::Event(AssistantMessageEvent::TextDelta {
+                content_index: 0,
+                delta: "Grüße \"x\"\n".into(),
+            }),
+            StreamLine::Event(AssistantMessageEvent::ToolcallEnd {
+                content_index: 1,
+                tool_call: ToolCall {
+                    kind: ToolCall::KIND.into(),
+                    id: "call_1".into(),
+                    name: "f".into(),
+                    arguments: json!({"b": 1, "a": [null]}),
+                },
+            }),
+            StreamLine::ProviderData {
+                content_index: 2,
+                provider_data: r#"{"signature": "x=="}"#.into(),
+            },
+            StreamLine::Model(ModelRef {
+                provider: "anthropic".into(),
+                id: "claude-sonnet-4-5".into(),
+                extra: Default::default(),
+            }),
+            StreamLine::TurnEnd {
+                stop_reason: MessageStopReason::ToolUse,
+                usage: Some(usage.clone()),
+            },
+            StreamLine::ToolResult {
+                call_id: "call_1".into(),
+                run: ToolRun {
+                    outcome: ToolResultOutcome::Succeeded,
+                    output: "ok".into(),
+                    is_error: true,
+                    elapsed_ms: Some(4),
+                },
+            },
+            StreamLine::Done {
+                stop_reason: MessageStopReason::Length,
+                usage: None,
+            },
+            StreamLine::Error {
+                message: "boom".into(),
+                usage: Some(usage),
+            },
+            StreamLine::Abort,
+        ];
+        for line in lines {
+            let text = line.to_json_line();
+            assert!(
+                text.starts_with(r#"{"type":"#) && !text.contains('\n'),
+                "{text}"
+            );
+            assert_eq!(StreamLine::parse(&text).unwrap(), line, "{text}");
+        }
+        assert_eq!(
+            StreamLine::Done {
+                stop_reason: MessageStopReason::Stop,
+                usage: None
+            }
+            .to_json_line(),
+            r#"{"type":"done","stopReason":"stop"}"#
+        );
     }
 
     #[test]
