@@ -1,5 +1,6 @@
 //! gelstore: AI-assistant chats as user-owned, end-to-end sealed AT Protocol records.
 
+pub mod agent;
 pub mod chat;
 pub mod cli;
 pub mod device;

@@ -9,6 +9,8 @@
 //! the lexicon.
 
 mod common;
+#[path = "common_provider/mod.rs"]
+mod common_provider;
 mod common_serve;
 
 use std::net::TcpStream;
@@ -534,4 +536,127 @@ fn a_paired_server_answers_what_a_phone_asks() {
     );
     assert!(shown.contains("Grüß"), "{shown}");
     assert!(shown.contains("\"complete\""), "{shown}");
+}
+
+/// `gelstore serve --assistant-model`: the built-in loop. A phone asks; the
+/// paired server runs a two-turn tool conversation against the mock
+/// provider (recorded Anthropic transcripts over loopback HTTP) and the
+/// real `server-everything` MCP server; a websocket client sees the seed
+/// 000 events; the phone reads the sealed result after a sync. The
+/// provider key reaches no file of either folder.
+#[test]
+fn the_built_in_assistant_runs_a_tool_conversation_for_a_phone() {
+    use common_provider::{Answer, KEY, MockProvider};
+    let mock = MockProvider::start(vec![
+        Answer::sse("loop/anthropic_think_and_echo.sse"),
+        Answer::sse("loop/anthropic_final_text.sse"),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let srv = dir.path().join("server");
+    let phone = dir.path().join("phone");
+    let mcp = dir.path().join("mcp.json");
+    std::fs::write(&mcp, common_provider::everything_config().to_string()).unwrap();
+    let sync = |serve: &Serve| {
+        gel_ok(
+            &phone,
+            &[
+                "sync",
+                "--pds",
+                &serve.service,
+                "--identifier",
+                &serve.handle,
+                "--password",
+                &serve.password,
+            ],
+        )
+    };
+    gel_ok(&phone, &["device", "init", "--name", "phone"]);
+    let chat = first_line(&gel_ok(&phone, &["chat", "new", "--title", "Echoes"]));
+    let message = first_line(&gel_ok(
+        &phone,
+        &[
+            "chat",
+            "send",
+            "--chat",
+            &chat,
+            "--model",
+            "anthropic/claude-sonnet-4-5",
+            "say sealed hello",
+        ],
+    ));
+    let reply = first_line(&gel_ok(&phone, &["chat", "ask", "--to", &message]));
+    let serve = Serve::start_in(&srv, &[]);
+    let listen = serve.addr();
+    sync(&serve);
+    serve.stop();
+    let code = first_line(&gel_ok(&srv, &["device", "pair"]));
+    gel_ok(&phone, &["device", "approve", &code]);
+    let serve = Serve::start_at(&srv, &listen, &[]);
+    sync(&serve);
+    serve.stop();
+    gel_ok(&srv, &["device", "join"]);
+
+    let mcp_arg = mcp.display().to_string();
+    let serve = Serve::start_with(
+        &srv,
+        &listen,
+        &[
+            "--assistant-model",
+            "ollama/unused",
+            "--mcp-config",
+            &mcp_arg,
+        ],
+        &[
+            ("ANTHROPIC_BASE_URL", &mock.url),
+            ("ANTHROPIC_API_KEY", KEY),
+        ],
+        common_serve::PASSWORD,
+    );
+    let token = serve.access_token();
+    let frames = subscribe(&serve, &token, &reply, None);
+    let kinds = kinds(&frames);
+    assert_eq!(kinds.first(), Some(&"#textDelta"), "{kinds:?}");
+    for k in ["#toolCall", "#toolResult", "#message", "#done"] {
+        assert!(kinds.contains(&k), "{k} missing: {kinds:?}");
+    }
+    let tool_call = frames.iter().find(|f| f.t() == "#toolCall").unwrap();
+    let Frame::Event { body, .. } = tool_call else {
+        unreachable!()
+    };
+    assert_eq!(body["tool"], "mcp_everything_echo");
+    assert_eq!(status_of(&serve, &reply), "complete");
+    // The message asked for anthropic: the server's default (ollama) is
+    // not used.
+    assert_eq!(mock.received().len(), 2);
+    sync(&serve);
+    serve.stop();
+    let shown = gel_ok(
+        &phone,
+        &["chat", "show", "--chat", &chat, "--format", "json"],
+    );
+    assert!(shown.contains("Echo: sealed hello"), "{shown}");
+    assert!(shown.contains("The tool said"), "{shown}");
+    for folder in [&srv, &phone] {
+        for entry in walk(folder) {
+            let bytes = std::fs::read(&entry).unwrap();
+            assert!(
+                !bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
+                "the provider key is in {}",
+                entry.display()
+            );
+        }
+    }
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

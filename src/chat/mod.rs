@@ -20,6 +20,7 @@ pub mod keys;
 pub mod record;
 pub mod replay;
 pub mod reply;
+pub mod settings;
 pub mod store;
 pub mod thread;
 

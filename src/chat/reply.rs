@@ -32,7 +32,7 @@
 use std::sync::Arc;
 
 use super::approval::{ApprovalPolicy, MAX_WORDS, Settled, repeat_parts, truncate_words};
-use super::assemble::{Assembler, CutCall, PartKind, Step, StreamError, limits};
+use super::assemble::{Assembler, CutCall, FinishedCall, PartKind, Step, StreamError, limits};
 use super::events::{AssistantEvent, codes};
 use super::input::{AssistantMessageEvent, StreamLine, ToolRun};
 use super::keys::ReplyKey;
@@ -56,13 +56,18 @@ pub enum End {
         stop_reason: MessageStopReason,
         usage: Option<Usage>,
     },
-    /// The provider failed.
+    /// The provider failed; `code` is what a UI shows
+    /// (`assistant_provider` unless the host knows better).
     ProviderError {
+        code: ErrorCode,
         message: String,
         usage: Option<Usage>,
     },
     /// The stream ended without an end (connection lost, end of input).
     Cut,
+    /// The host cut the stream, knowing why (the provider went silent:
+    /// `request_timeout`).
+    CutBy { code: ErrorCode, message: String },
     /// The user or host stopped generation.
     Aborted,
     /// The host's step or token budget ran out between turns.
@@ -271,6 +276,58 @@ impl Reply {
     /// The model that answers, once the run named it.
     pub fn model(&self) -> Option<&ModelRef> {
         self.model.as_ref()
+    }
+
+    /// The finished calls without a result that need no approval: what
+    /// the host runs before the next turn (a cut call never runs).
+    pub fn calls_to_run(&self) -> Vec<FinishedCall> {
+        self.calls
+            .iter()
+            .filter(|c| !c.has_result && c.gate.is_none())
+            .filter_map(|c| match self.content.get(c.pos) {
+                Some(PlainContentPartsItem::ToolCallPart(p)) => {
+                    let arguments = p.arguments.clone()?;
+                    Some(FinishedCall {
+                        call_id: c.call_id.clone(),
+                        name: c.name.clone(),
+                        args: serde_json::from_str(&arguments).ok()?,
+                        arguments,
+                    })
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Records where call `call_id`'s tool lives (`toolCallPart.source`:
+    /// an MCP server's URL or command); false if there is no such call.
+    pub fn set_source(&mut self, call_id: &str, source: &str) -> bool {
+        let Some(pos) = self
+            .calls
+            .iter()
+            .rev()
+            .find(|c| c.call_id == call_id)
+            .map(|c| c.pos)
+        else {
+            return false;
+        };
+        match self.content.get_mut(pos) {
+            Some(PlainContentPartsItem::ToolCallPart(p)) => {
+                p.source = Some(truncate_words(source, 1024));
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether a finished call waits for the user's approval.
+    pub fn has_gated_calls(&self) -> bool {
+        self.calls.iter().any(|c| c.gate.is_some() && !c.has_result)
+    }
+
+    /// The reply's parts so far, in order (the next turn's history).
+    pub fn parts(&self) -> &[PlainContentPartsItem] {
+        &self.content
     }
 
     pub fn key(&self) -> ReplyKey {
@@ -616,6 +673,7 @@ impl Reply {
             match stop_reason {
                 MessageStopReason::Error => {
                     end = End::ProviderError {
+                        code: ErrorCode::AssistantProvider,
                         message: "the model stopped with an error".into(),
                         usage: None,
                     }
@@ -641,10 +699,10 @@ impl Reply {
             MessageStatus::Failed
         } else {
             match end {
-                End::ProviderError { message, .. } => {
+                End::ProviderError { code, message, .. } => {
                     self.stop_reason = Some(MessageStopReason::Error);
                     events.push(AssistantEvent::Error {
-                        code: ErrorCode::AssistantProvider,
+                        code,
                         message: Some(truncate_words(&message, MAX_ERROR_MESSAGE)),
                     });
                     events.push(done(DoneReason::Interrupted));
@@ -655,6 +713,15 @@ impl Reply {
                     events.push(AssistantEvent::Error {
                         code: ErrorCode::Other(codes::OPERATION_INTERRUPTED.into()),
                         message: Some("the model's stream ended before the reply finished".into()),
+                    });
+                    events.push(done(DoneReason::Interrupted));
+                    MessageStatus::Interrupted
+                }
+                End::CutBy { code, message } => {
+                    self.stop_reason = None;
+                    events.push(AssistantEvent::Error {
+                        code,
+                        message: Some(truncate_words(&message, MAX_ERROR_MESSAGE)),
                     });
                     events.push(done(DoneReason::Interrupted));
                     MessageStatus::Interrupted
@@ -766,7 +833,11 @@ impl Reply {
                 return Some(End::Done { stop_reason, usage });
             }
             StreamLine::Error { message, usage } => {
-                return Some(End::ProviderError { message, usage });
+                return Some(End::ProviderError {
+                    code: ErrorCode::AssistantProvider,
+                    message,
+                    usage,
+                });
             }
             StreamLine::Abort => return Some(End::Aborted),
         }

@@ -37,7 +37,7 @@ use super::{AssistantEvent, StreamError};
 use crate::device::{Device, DeviceError, SealedWrite};
 use crate::lexicon::chat::gel::assistant::chat::{Chat, SealedFields};
 use crate::lexicon::chat::gel::assistant::defs::{
-    ModelRef, PlainContent, PlainContentPartsItem, TextPart, ToolApprovalPart,
+    GenerationRequest, ModelRef, PlainContent, PlainContentPartsItem, TextPart, ToolApprovalPart,
 };
 use crate::lexicon::chat::gel::assistant::message::{Message, MessageRole, MessageStatus};
 use crate::lexicon::support::{AtUri, Datetime};
@@ -247,6 +247,11 @@ impl ChatStore {
         })
     }
 
+    /// The device, for writes outside the chats (the settings record).
+    pub(crate) fn device_mut(&mut self) -> &mut Device {
+        &mut self.device
+    }
+
     /// The device.
     pub fn device(&self) -> &Device {
         &self.device
@@ -364,7 +369,29 @@ impl ChatStore {
             })],
             extra: Default::default(),
         };
-        self.write_user(chat, content, parent, attempt, false)
+        self.write_user(chat, content, parent, attempt, None, false)
+    }
+
+    /// [`ChatStore::send`] with the rest of the generation request (the
+    /// model, tools and effort the reply should use; `request.attempt` is
+    /// ignored for `attempt`).
+    pub fn send_with(
+        &mut self,
+        chat: &str,
+        text: &str,
+        parent: Option<ReplyKey>,
+        attempt: Attempt,
+        request: &GenerationRequest,
+    ) -> Result<Tid> {
+        let content = PlainContent {
+            parts: vec![PlainContentPartsItem::TextPart(TextPart {
+                provider_data: None,
+                text: text.to_string(),
+                extra: Default::default(),
+            })],
+            extra: Default::default(),
+        };
+        self.write_user(chat, content, parent, attempt, Some(request), false)
     }
 
     fn write_user(
@@ -373,6 +400,7 @@ impl ChatStore {
         content: PlainContent,
         parent: Option<ReplyKey>,
         attempt: Attempt,
+        request: Option<&GenerationRequest>,
         ask: bool,
     ) -> Result<Tid> {
         self.ensure_index()?;
@@ -391,8 +419,16 @@ impl ChatStore {
             }
         }
         let key = self.next_tid()?;
-        let record = user_message(self.chat_uri(chat)?, parent, attempt, Self::now()?);
+        let mut record = user_message(self.chat_uri(chat)?, parent, attempt, Self::now()?);
+        if let (Some(asked), Some(r)) = (request, record.request.as_mut()) {
+            r.model = asked.model.clone();
+            r.tools = asked.tools.clone();
+            r.effort = asked.effort.clone();
+        }
         use crate::lexicon::support::Validate;
+        record
+            .validate()
+            .map_err(|e| invalid("message request", e))?;
         content
             .validate()
             .map_err(|e| invalid("message content", e))?;
@@ -752,14 +788,24 @@ impl ChatStore {
         Ok(out)
     }
 
+    /// The chat (its record key) message `message` belongs to.
+    pub fn chat_of_message(&self, message: Tid) -> Result<String> {
+        let (m, _) = self.message(&message.to_string())?;
+        own_chat(&m, "message")
+    }
+
+    /// The chat's sealed fields (title, system prompt), if they open here.
+    pub fn chat_fields(&self, chat: &str) -> Option<SealedFields> {
+        self.device
+            .open_sealed_json(CHAT, chat)
+            .ok()
+            .and_then(|v| serde_json::from_value::<SealedFields>(v).ok())
+    }
+
     /// The chat's thread, opened.
     pub fn thread(&self, chat: &str) -> Result<ChatThread> {
         let record = self.chat(chat)?;
-        let fields = self
-            .device
-            .open_sealed_json(CHAT, chat)
-            .ok()
-            .and_then(|v| serde_json::from_value::<SealedFields>(v).ok());
+        let fields = self.chat_fields(chat);
         let (records, states) = self.chat_records(chat)?;
         Ok(ChatThread {
             chat: chat.to_string(),
@@ -839,6 +885,7 @@ impl ChatStore {
             resolution.answer_content(),
             Some(key),
             Attempt::FIRST,
+            None,
             ask,
         )?;
         Ok(answer)
@@ -1163,6 +1210,49 @@ impl LineRun {
         if self.reply.failure().is_some() {
             self.stopped = true;
         }
+    }
+
+    /// Applies one line the host made itself (an adapter's event, a tool
+    /// result), as [`LineRun::feed`] does for a parsed line.
+    pub fn apply(&mut self, line: StreamLine, events: &mut Vec<AssistantEvent>) {
+        self.line += 1;
+        if self.stopped {
+            return;
+        }
+        if self.end.is_some() {
+            self.reply.fail(StreamError::Line {
+                line: self.line,
+                error: LineError::Malformed {
+                    kind: "line".into(),
+                    reason: "a line after the end of the run".into(),
+                },
+            });
+            self.stopped = true;
+            return;
+        }
+        self.end = self.reply.apply(line, events);
+        if self.reply.failure().is_some() {
+            self.stopped = true;
+        }
+    }
+
+    /// Ends the run as the host decided (a provider failure with its
+    /// code, a cut with its reason, the step budget).
+    pub fn end_with(&mut self, end: End) {
+        if self.end.is_none() {
+            self.end = Some(end);
+        }
+        self.stopped = true;
+    }
+
+    /// See [`Reply::set_source`].
+    pub fn set_source(&mut self, call_id: &str, source: &str) -> bool {
+        self.reply.set_source(call_id, source)
+    }
+
+    /// The reply being run.
+    pub fn reply(&self) -> &Reply {
+        &self.reply
     }
 
     /// The model that answers, once the run named it.

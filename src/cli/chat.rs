@@ -22,7 +22,8 @@ use crate::chat::{
     ApprovalPolicy, AskFor, Attempt, ChatStore, ChatStoreError, MessageKey, NoApproval, ReplyKey,
 };
 use crate::lexicon::chat::gel::assistant::defs::{
-    ModelRef, PlainContent, PlainContentPartsItem, ToolApprovalPart, ToolApprovalPartDecision,
+    Effort, GenerationRequest, ModelRef, PlainContent, PlainContentPartsItem, ToolApprovalPart,
+    ToolApprovalPartDecision,
 };
 use crate::lexicon::chat::gel::assistant::subscribe_reply::ToolResultOutcome;
 
@@ -81,6 +82,15 @@ pub struct SendArgs {
     pub attempt: i64,
     /// The message's text (sealed).
     pub text: String,
+    /// The model the reply should use (`request.model`).
+    #[arg(long, value_name = "PROVIDER/ID")]
+    pub model: Option<String>,
+    /// The tools the reply may use (`request.tools`), by name.
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
+    pub tools: Option<Vec<String>>,
+    /// The reasoning effort (`request.effort`): none, low, medium, high, max.
+    #[arg(long)]
+    pub effort: Option<String>,
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }
@@ -94,10 +104,19 @@ pub struct ReplyArgs {
     /// regenerates.
     #[arg(long)]
     pub attempt: Option<i64>,
-    /// The model stream, JSON lines (`-` for stdin); see
-    /// `fixtures/streams/README.md` for the format.
+    /// Replay a recorded model stream, JSON lines (`-` for stdin; see
+    /// `fixtures/streams/README.md`). Without it the assistant runs here:
+    /// a model provider (by its SDK's variables, such as OPENAI_API_KEY or
+    /// OLLAMA_HOST) and the MCP tools of the settings and --mcp-config.
     #[arg(long, value_name = "FILE.jsonl")]
-    pub events: PathBuf,
+    pub events: Option<PathBuf>,
+    /// The model to answer with, whatever the message asks (default: the
+    /// message's, the previous reply's, the chat's, then the settings').
+    #[arg(long, value_name = "PROVIDER/ID", conflicts_with = "events")]
+    pub model: Option<String>,
+    /// MCP servers besides the settings', `{"mcpServers": {NAME: …}}`.
+    #[arg(long, value_name = "FILE", conflicts_with = "events")]
+    pub mcp_config: Option<PathBuf>,
     /// Tools whose calls need the user's approval (the reply then waits).
     #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
     pub approve_tools: Vec<String>,
@@ -159,7 +178,7 @@ impl From<ChatStoreError> for Failure {
     }
 }
 
-type Result<T> = std::result::Result<T, Failure>;
+pub(super) type Result<T> = std::result::Result<T, Failure>;
 
 pub fn run(data: &Path, cmd: ChatCommand) -> Outcome {
     let result = match cmd {
@@ -175,21 +194,32 @@ pub fn run(data: &Path, cmd: ChatCommand) -> Outcome {
     finish(result)
 }
 
+/// An `--effort` value: one the lexicon knows.
+pub(super) fn effort(e: &str) -> Result<Effort> {
+    use crate::lexicon::support::StringEnum;
+    match Effort::from_string(e.to_owned()) {
+        Ok(Effort::Other(_)) | Err(_) => Err(Failure::input(format!(
+            "--effort {e:?}: one of none, low, medium, high, max"
+        ))),
+        Ok(known) => Ok(known),
+    }
+}
+
+/// A `--model PROVIDER/ID` as the lexicon's `modelRef`.
+pub(super) fn model_ref(m: &str) -> Result<ModelRef> {
+    let (provider, id) = m
+        .split_once('/')
+        .filter(|(p, i)| !p.is_empty() && !i.is_empty())
+        .ok_or_else(|| Failure::env(format!("--model {m:?}: expected PROVIDER/ID")))?;
+    Ok(ModelRef {
+        provider: provider.into(),
+        id: id.into(),
+        extra: Default::default(),
+    })
+}
+
 fn new(data: &Path, args: NewArgs) -> Result<()> {
-    let model = match &args.model {
-        None => None,
-        Some(m) => {
-            let (provider, id) = m
-                .split_once('/')
-                .filter(|(p, i)| !p.is_empty() && !i.is_empty())
-                .ok_or_else(|| Failure::env(format!("--model {m:?}: expected PROVIDER/ID")))?;
-            Some(ModelRef {
-                provider: provider.into(),
-                id: id.into(),
-                extra: Default::default(),
-            })
-        }
-    };
+    let model = args.model.as_deref().map(model_ref).transpose()?;
     let mut store = ChatStore::open(data)?;
     let chat = store.create_chat(args.title.as_deref(), model)?;
     match args.format {
@@ -226,8 +256,15 @@ fn send(data: &Path, args: SendArgs) -> Result<()> {
         .transpose()
         .map_err(|e| Failure::env(format!("--parent: {e}")))?;
     let attempt = attempt(args.attempt)?;
+    let request = GenerationRequest {
+        attempt: None,
+        model: args.model.as_deref().map(model_ref).transpose()?,
+        tools: args.tools.clone(),
+        effort: args.effort.as_deref().map(effort).transpose()?,
+        extra: Default::default(),
+    };
     let mut store = ChatStore::open(data)?;
-    let key = store.send(&args.chat, &args.text, parent, attempt)?;
+    let key = store.send_with(&args.chat, &args.text, parent, attempt, &request)?;
     match args.format {
         Format::Human => say(key),
         Format::Json => say(json!({ "message": key.to_string(), "chat": args.chat })),
@@ -258,16 +295,24 @@ fn ask(data: &Path, args: AskArgs) -> Result<()> {
 fn reply(data: &Path, args: ReplyArgs) -> Result<()> {
     let message = user_message(&args.to)?;
     let attempt = args.attempt.map(attempt).transpose()?;
+    let Some(events) = &args.events else {
+        if !args.tool_output.is_empty() {
+            return Err(Failure::input(
+                "--tool-output goes with --events: the assistant runs approved calls itself",
+            ));
+        }
+        return super::assistant::reply_here(data, message, attempt, &args);
+    };
     let policy: Arc<dyn ApprovalPolicy + Send + Sync> = if args.approve_tools.is_empty() {
         Arc::new(NoApproval)
     } else {
         Arc::new(AskFor::tools(args.approve_tools.iter().cloned()))
     };
-    let input: Box<dyn BufRead> = if args.events.as_os_str() == "-" {
+    let input: Box<dyn BufRead> = if events.as_os_str() == "-" {
         Box::new(io::stdin().lock())
     } else {
-        let f = std::fs::File::open(&args.events)
-            .map_err(|e| Failure::env(format!("{}: {e}", args.events.display())))?;
+        let f = std::fs::File::open(events)
+            .map_err(|e| Failure::env(format!("{}: {e}", events.display())))?;
         Box::new(io::BufReader::new(f))
     };
     let mut runs = std::collections::BTreeMap::new();

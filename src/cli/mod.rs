@@ -1,6 +1,7 @@
 //! The `gelstore` command line: argument parsing and dispatch. Each command
 //! group lives in its own module; they share the report printer in `report`.
 
+mod assistant;
 mod chat;
 mod device;
 mod lex;
@@ -9,6 +10,7 @@ mod repo;
 mod report;
 mod serve;
 mod served;
+mod settings;
 mod sync;
 mod sync_status;
 
@@ -116,6 +118,10 @@ pub enum Command {
     /// approvals, approve.
     #[command(subcommand)]
     Chat(chat::ChatCommand),
+    /// The user's assistant settings: default model and effort, tools,
+    /// approvals, MCP servers.
+    #[command(subcommand)]
+    Settings(settings::SettingsCommand),
     /// Sync with a PDS: pull and merge the other devices' records, push
     /// this store's, check the PDS's new root (`sync status`: compare only).
     #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
@@ -157,6 +163,7 @@ pub fn run(cli: Cli) -> Outcome {
         Command::Repo(cmd) => repo::run(&cli.data, cmd),
         Command::Device(cmd) => device::run(&cli.data, cmd),
         Command::Chat(cmd) => chat::run(&cli.data, cmd),
+        Command::Settings(cmd) => settings::run(&cli.data, cmd),
         Command::Sync(args) => sync::run(&cli.data, args),
         Command::Serve(args) => serve::run(&cli.data, args),
     }

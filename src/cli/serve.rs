@@ -39,17 +39,25 @@ pub struct ServeArgs {
     /// JSON lines on stdout, see fixtures/streams/README.md). The folder
     /// then holds a device of the account, so this server can read the
     /// chats; without the flag it holds no chat key.
-    #[arg(long, value_name = "CMD")]
+    #[arg(long, value_name = "CMD", conflicts_with = "assistant_model")]
     assistant: Option<String>,
-    /// With --assistant: tools whose calls wait for the user's approval.
-    #[arg(
-        long,
-        value_name = "NAME,...",
-        value_delimiter = ',',
-        requires = "assistant"
-    )]
+    /// Run the built-in assistant: model providers by their SDKs'
+    /// variables (OPENAI_API_KEY/OPENAI_BASE_URL, ANTHROPIC_API_KEY/
+    /// ANTHROPIC_BASE_URL, OLLAMA_HOST) and tools from MCP servers. This
+    /// model answers when the message, the reply before it, the chat and
+    /// the user's settings name none. As with --assistant, the folder then
+    /// holds a device of the account.
+    #[arg(long, value_name = "PROVIDER/ID")]
+    assistant_model: Option<String>,
+    /// With --assistant-model: MCP servers besides the user's settings,
+    /// `{"mcpServers": {NAME: {"command","args","env"} | {"url"}}}`.
+    #[arg(long, value_name = "FILE", requires = "assistant_model")]
+    mcp_config: Option<std::path::PathBuf>,
+    /// Tools whose calls wait for the user's approval (besides those the
+    /// user's settings name).
+    #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
     approve_tools: Vec<String>,
-    /// With --assistant: how many model commands run at once.
+    /// With --assistant: how many replies run at once.
     #[arg(long, value_name = "N", default_value_t = server::AssistantOptions::DEFAULT_JOBS)]
     assistant_jobs: usize,
     /// With --assistant: a command silent this many seconds is cut (the
@@ -65,14 +73,46 @@ pub struct ServeArgs {
 }
 
 pub fn run(data: &Path, args: ServeArgs) -> Outcome {
+    let runner = match (args.assistant, &args.assistant_model) {
+        (Some(command), _) => Some(server::RunnerOptions::Command(command)),
+        (None, Some(model)) => {
+            let default_model = match crate::provider::ModelSpec::parse(model) {
+                Ok(m) => m,
+                Err(e) => return finish(Err(Failure::input(format!("--assistant-model: {e}")))),
+            };
+            let servers = match &args.mcp_config {
+                None => crate::agent::McpServers::default(),
+                Some(path) => match crate::agent::McpServers::load(path) {
+                    Ok(s) => s,
+                    Err(e) => return finish(Err(Failure::input(format!("--mcp-config: {e}")))),
+                },
+            };
+            Some(server::RunnerOptions::Agent {
+                default_model,
+                servers,
+                options: crate::agent::AgentOptions {
+                    idle: std::time::Duration::from_secs(args.assistant_idle_secs),
+                    ..Default::default()
+                },
+            })
+        }
+        (None, None) => {
+            if !args.approve_tools.is_empty() {
+                return finish(Err(Failure::input(
+                    "--approve-tools needs --assistant or --assistant-model",
+                )));
+            }
+            None
+        }
+    };
     let options = ServeOptions {
         data: data.to_path_buf(),
         listen: args.listen,
         handle: args.handle,
         plc: args.plc,
         public_url: args.public_url,
-        assistant: args.assistant.map(|command| server::AssistantOptions {
-            command,
+        assistant: runner.map(|runner| server::AssistantOptions {
+            runner,
             approve_tools: args.approve_tools,
             jobs: args.assistant_jobs,
             idle: std::time::Duration::from_secs(args.assistant_idle_secs),

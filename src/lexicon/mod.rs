@@ -110,6 +110,18 @@ pub fn validate_by_type(
             type T = chat::gel::assistant::message::Message;
             support::validate_data::<T>(value, path, errors)
         }
+        "chat.gel.assistant.settings" | "chat.gel.assistant.settings#main" => {
+            type T = chat::gel::assistant::settings::Settings;
+            support::validate_data::<T>(value, path, errors)
+        }
+        "chat.gel.assistant.settings#sealedFields" => {
+            type T = chat::gel::assistant::settings::SealedFields;
+            support::validate_data::<T>(value, path, errors)
+        }
+        "chat.gel.assistant.settings#mcpServer" => {
+            type T = chat::gel::assistant::settings::McpServer;
+            support::validate_data::<T>(value, path, errors)
+        }
         "chat.gel.assistant.subscribeReply#textDelta" => {
             type T = chat::gel::assistant::subscribe_reply::TextDelta;
             support::validate_data::<T>(value, path, errors)

@@ -41,6 +41,7 @@ pub const KNOWN_LEXICON_FILES: &[(&str, &str)] = &[
     lexicon!("keyWrap.json"),
     lexicon!("listApprovals.json"),
     lexicon!("message.json"),
+    lexicon!("settings.json"),
     lexicon!("subscribeReply.json"),
 ];
 

@@ -99,11 +99,12 @@ pub fn record_aad(
 }
 
 /// The name of the sealed field of a record type: `content` for
-/// `chat.gel.assistant.message`, `sealed` for `chat.gel.assistant.chat`.
+/// `chat.gel.assistant.message`, `sealed` for `chat.gel.assistant.chat` and
+/// `chat.gel.assistant.settings`.
 pub fn sealed_field(record_type: &str) -> Option<&'static str> {
     match record_type {
         "chat.gel.assistant.message" => Some("content"),
-        "chat.gel.assistant.chat" => Some("sealed"),
+        "chat.gel.assistant.chat" | "chat.gel.assistant.settings" => Some("sealed"),
         _ => None,
     }
 }

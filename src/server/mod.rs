@@ -47,7 +47,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 
 pub use self::account::{ACCOUNT_FILE, DEFAULT_HANDLE};
-pub use self::assistant::AssistantOptions;
+pub use self::assistant::{AssistantOptions, RunnerOptions};
 pub use self::error::XrpcError;
 pub use self::plc::PlcError;
 pub use self::state::Limits;
@@ -251,9 +251,16 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         None => (Store::Keyless(Box::new(repo)), None),
         Some(a) => {
             let chats = open_chats(&data, repo).await?;
+            // The MCP servers of the user's settings, as they are at start.
+            let user_servers = chats
+                .settings()
+                .ok()
+                .flatten()
+                .map(|(s, _)| crate::agent::inputs::servers_of(&s))
+                .unwrap_or_default();
             (
                 Store::Chats(Box::new(chats)),
-                Some(Arc::new(Assistant::new(a))),
+                Some(Arc::new(Assistant::start(a, user_servers).await)),
             )
         }
     };

@@ -42,24 +42,49 @@ pub use self::log::RunLog;
 pub use self::subscribe::subscribe_reply;
 use super::error::XrpcError;
 use super::state::{AppState, Core};
+use crate::agent::{Agent, AgentOptions, McpServers, ToolHost};
 use crate::chat::store::MESSAGE;
 use crate::chat::{ApprovalPolicy, AskFor, NoApproval, ReplyKey};
 use crate::device::records::DEVICE_COLLECTION as DEVICE;
 use crate::lexicon::chat::gel::assistant::key_wrap::NSID as KEY_WRAP;
+use crate::provider::ModelSpec;
 use crate::repo::events::{Frame, OpAction, decode_frame};
 use crate::repo::repository::RepoError;
 
 /// How the assistant runs replies.
 #[derive(Debug, Clone)]
 pub struct AssistantOptions {
-    /// The model command, run with `sh -c` once per reply.
-    pub command: String,
+    /// What generates a reply.
+    pub runner: RunnerOptions,
     /// Tools whose calls wait for the user's approval.
     pub approve_tools: Vec<String>,
     /// How many commands run at once (more requests wait their turn).
     pub jobs: usize,
     /// A command silent this long (no line) is cut.
     pub idle: Duration,
+}
+
+/// What generates a reply.
+#[derive(Debug, Clone)]
+pub enum RunnerOptions {
+    /// `--assistant CMD`: a command run with `sh -c` once per reply.
+    Command(String),
+    /// `--assistant-model`: the built-in loop, with this default model
+    /// and these MCP servers (besides the user's settings).
+    Agent {
+        default_model: ModelSpec,
+        servers: McpServers,
+        options: AgentOptions,
+    },
+}
+
+/// The runner, started.
+pub(super) enum Runner {
+    Command(String),
+    Agent {
+        agent: Arc<Agent>,
+        default_model: ModelSpec,
+    },
 }
 
 impl AssistantOptions {
@@ -69,9 +94,10 @@ impl AssistantOptions {
     pub const DEFAULT_IDLE: Duration = Duration::from_secs(300);
 }
 
-/// The running assistant: its command, policy and the runs it made.
+/// The running assistant: its runner, policy and the runs it made.
 pub struct Assistant {
-    command: String,
+    runner: Runner,
+    approve_tools: Vec<String>,
     policy: Arc<dyn ApprovalPolicy + Send + Sync>,
     jobs: Arc<Semaphore>,
     idle: Duration,
@@ -86,8 +112,12 @@ pub struct Assistant {
 
 impl std::fmt::Debug for Assistant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let runner = match &self.runner {
+            Runner::Command(c) => format!("command {c:?}"),
+            Runner::Agent { default_model, .. } => format!("loop, default model {default_model}"),
+        };
         f.debug_struct("Assistant")
-            .field("command", &self.command)
+            .field("runner", &runner)
             .finish_non_exhaustive()
     }
 }
@@ -110,15 +140,33 @@ struct Runs {
 }
 
 impl Assistant {
-    /// An assistant with `options`.
-    pub fn new(options: AssistantOptions) -> Assistant {
+    /// An assistant with `options`; the loop's MCP servers (`options`'
+    /// and `user_servers`, the settings') are started here.
+    pub async fn start(options: AssistantOptions, user_servers: McpServers) -> Assistant {
         let policy: Arc<dyn ApprovalPolicy + Send + Sync> = if options.approve_tools.is_empty() {
             Arc::new(NoApproval)
         } else {
-            Arc::new(AskFor::tools(options.approve_tools))
+            Arc::new(AskFor::tools(options.approve_tools.clone()))
+        };
+        let runner = match options.runner {
+            RunnerOptions::Command(c) => Runner::Command(c),
+            RunnerOptions::Agent {
+                default_model,
+                servers,
+                options: agent_options,
+            } => {
+                let servers = user_servers.merged(servers);
+                let (host, _problems) = ToolHost::connect(&servers, agent_options.idle).await;
+                let env: crate::agent::Env = Arc::new(|v| std::env::var(v).ok());
+                Runner::Agent {
+                    agent: Arc::new(Agent::new(agent_options, Arc::new(host), env)),
+                    default_model,
+                }
+            }
         };
         Assistant {
-            command: options.command,
+            runner,
+            approve_tools: options.approve_tools,
             policy,
             jobs: Arc::new(Semaphore::new(options.jobs.max(1))),
             idle: options.idle,

@@ -35,8 +35,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 
-use super::Assistant;
 use super::log::{RunLog, event_frame};
+use super::{Assistant, Runner};
+use crate::agent::EventSink;
+use crate::agent::inputs::{HostChoices, Inputs};
 use crate::chat::approval::{Decision, Resolution};
 use crate::chat::store::{LineRun, PendingReply, begin_reply, settle_answer};
 use crate::chat::{AssistantEvent, ChatStoreError, FinishedReply, ReplyKey, StreamLine, ToolRun};
@@ -66,6 +68,21 @@ pub(super) async fn run_reply(
     let Ok(_permit) = assistant.jobs.clone().acquire_owned().await else {
         return;
     };
+    if let Runner::Agent {
+        agent,
+        default_model,
+    } = &assistant.runner
+    {
+        return run_with_agent(
+            state,
+            assistant.clone(),
+            key,
+            log,
+            agent.clone(),
+            default_model.clone(),
+        )
+        .await;
+    }
     let prepared = state
         .with_core(move |core| {
             let Some(chats) = core.chats()? else {
@@ -93,7 +110,110 @@ pub(super) async fn run_reply(
     };
     let mut out = Publisher { log };
     let (finished, end_events, model) = generate(&assistant, &prepared, &mut out).await;
-    let pending = prepared.pending;
+    conclude(
+        state,
+        assistant,
+        key,
+        out,
+        prepared.pending,
+        finished,
+        end_events,
+        model,
+    )
+    .await;
+}
+
+/// A reply run by the built-in loop.
+async fn run_with_agent(
+    state: Arc<AppState>,
+    assistant: Arc<Assistant>,
+    key: ReplyKey,
+    log: Arc<RunLog>,
+    agent: Arc<crate::agent::Agent>,
+    default_model: crate::provider::ModelSpec,
+) {
+    let read = state
+        .with_core(move |core| {
+            let Some(chats) = core.chats()? else {
+                return Ok(Err("the server holds no chat key".to_owned()));
+            };
+            let pending = match chats.pending_reply(&key) {
+                Ok(p) => p,
+                Err(ChatStoreError::ReplyAlreadyFinished { .. }) => return Ok(Ok(None)),
+                Err(e) => return Ok(Err(e.to_string())),
+            };
+            Ok(Inputs::read(chats, key.message())
+                .map(|i| i.map(|i| (pending, i)))
+                .map_err(|e| e.to_string()))
+        })
+        .await;
+    let (pending, inputs) = match read {
+        Ok(Ok(Some(i))) => i,
+        Ok(Ok(None)) => {
+            tracing::info!(
+                "assistant: reply {key}: its message does not open here; left to another device"
+            );
+            assistant.release(&key.to_string());
+            return;
+        }
+        Ok(Err(reason)) => {
+            tracing::warn!("assistant: reply {key} not run: {reason}");
+            assistant.release(&key.to_string());
+            return;
+        }
+        Err(e) => {
+            tracing::error!("assistant: reply {key}: {}", e.message);
+            assistant.release(&key.to_string());
+            return;
+        }
+    };
+    let mut out = Publisher { log };
+    let host = HostChoices {
+        model: None,
+        default_model: Some(default_model),
+        approve_tools: assistant.approve_tools.clone(),
+    };
+    let finished = match inputs.model(&host) {
+        Ok(model) => {
+            let job = inputs.job(&pending, model, &host);
+            agent.run(job, &mut out).await
+        }
+        Err(e) => {
+            let mut run = LineRun::new(crate::chat::Reply::new(key, assistant.policy.clone()));
+            run.end_with(crate::chat::End::ProviderError {
+                code: ErrorCode::AssistantModelNotOffered,
+                message: e.to_string(),
+                usage: None,
+            });
+            run.end()
+        }
+    };
+    let model = finished.reply.model.clone();
+    conclude(
+        state,
+        assistant,
+        key,
+        out,
+        pending,
+        finished.reply,
+        finished.events,
+        model,
+    )
+    .await;
+}
+
+/// Writes the finished reply and ends the run's stream.
+#[allow(clippy::too_many_arguments)]
+async fn conclude(
+    state: Arc<AppState>,
+    assistant: Arc<Assistant>,
+    key: ReplyKey,
+    mut out: Publisher,
+    pending: PendingReply,
+    finished: FinishedReply,
+    end_events: Vec<AssistantEvent>,
+    model: Option<ModelRef>,
+) {
     let interrupted = AssistantEvent::Done {
         reason: DoneReason::Interrupted,
     };
@@ -241,7 +361,7 @@ struct Publisher {
     log: Arc<RunLog>,
 }
 
-impl Publisher {
+impl crate::agent::EventSink for Publisher {
     fn publish(&mut self, event: &AssistantEvent, model: Option<&ModelRef>) {
         let seq = self.log.next_seq();
         self.log.push(event_frame(event, seq, model));
@@ -280,10 +400,13 @@ async fn generate(
         let f = failed_run(&prepared.pending, policy.clone(), reason).end();
         (f.reply, f.events, None)
     };
+    let Runner::Command(script) = &assistant.runner else {
+        return fail_now("the assistant has no model command");
+    };
     let mut command = tokio::process::Command::new("sh");
     command
         .arg("-c")
-        .arg(&assistant.command)
+        .arg(script)
         .env("GELSTORE_REPLY", prepared.pending.key.to_string())
         // The password `gelstore serve` may have been given (cli::sync::PASSWORD_ENV).
         .env_remove("GELSTORE_PASSWORD")

@@ -8,4 +8,5 @@ pub mod get_thread;
 pub mod key_wrap;
 pub mod list_approvals;
 pub mod message;
+pub mod settings;
 pub mod subscribe_reply;

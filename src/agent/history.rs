@@ -1,0 +1,170 @@
+//! The branch a reply answers, as the provider-neutral [`Conversation`]
+//! one model turn is asked with.
+//!
+//! - User messages give their text (and the extracted text of attached
+//!   files); an approval answer has none and is left out: its effect is in
+//!   the reply to it, which repeats the decided calls with their results.
+//! - An assistant reply is cut into turns at its tool results: the text,
+//!   reasoning and calls of one model turn, then the results of those
+//!   calls. A call without a result in its reply (waiting, cut, never run)
+//!   is left out, so every call the provider sees has its result.
+//! - `providerData` goes back only to the provider that wrote it.
+//! - Consecutive assistant turns (a waiting reply's text, then the reply
+//!   to its answer) are merged into one.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::chat::ChatRecord;
+use crate::lexicon::chat::gel::assistant::defs::{PlainContentPartsItem, ProviderData};
+use crate::lexicon::chat::gel::assistant::message::MessageRole;
+use crate::provider::{AssistantPart, Conversation, ToolResultItem, Turn};
+
+/// The history for a turn of `provider` from the opened `branch` (oldest
+/// first; records that did not open are left out).
+pub fn conversation(system: Option<String>, branch: &[ChatRecord], provider: &str) -> Conversation {
+    let mut turns = Vec::new();
+    for record in branch {
+        let Some(content) = &record.content else {
+            continue;
+        };
+        if record.message.role == MessageRole::User {
+            if let Some(text) = user_text(&content.parts) {
+                turns.push(Turn::User { text });
+            }
+        } else {
+            let same = record
+                .message
+                .model
+                .as_ref()
+                .is_some_and(|m| m.provider == provider);
+            turns.extend(assistant_turns(&content.parts, same));
+        }
+    }
+    Conversation {
+        system: system.filter(|s| !s.is_empty()),
+        turns: merge_assistant_runs(turns),
+    }
+}
+
+/// The text a user message gives the model, if any.
+fn user_text(parts: &[PlainContentPartsItem]) -> Option<String> {
+    let mut out: Vec<String> = Vec::new();
+    for p in parts {
+        match p {
+            PlainContentPartsItem::TextPart(t) => out.push(t.text.clone()),
+            PlainContentPartsItem::FilePart(f) => {
+                if let Some(x) = &f.extracted {
+                    let name = f.name.as_deref().unwrap_or("attachment");
+                    out.push(format!("[{name}]\n{}", x.text));
+                }
+            }
+            _ => {}
+        }
+    }
+    (!out.is_empty()).then(|| out.join("\n\n"))
+}
+
+/// One reply's parts as model turns and tool results. `same_provider`:
+/// keep `providerData`.
+pub fn assistant_turns(parts: &[PlainContentPartsItem], same_provider: bool) -> Vec<Turn> {
+    let answered: HashSet<&str> = parts
+        .iter()
+        .filter_map(|p| match p {
+            PlainContentPartsItem::ToolResultPart(r) => Some(r.call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    let data = |d: &Option<ProviderData>| {
+        if same_provider {
+            d.as_ref().map(|d| d.0.clone())
+        } else {
+            None
+        }
+    };
+    let mut names: HashMap<&str, &str> = HashMap::new();
+    let mut turns = Vec::new();
+    let mut current: Vec<AssistantPart> = Vec::new();
+    let mut results: Vec<ToolResultItem> = Vec::new();
+    let flush = |current: &mut Vec<AssistantPart>,
+                 results: &mut Vec<ToolResultItem>,
+                 turns: &mut Vec<Turn>| {
+        if !current.is_empty() {
+            turns.push(Turn::Assistant {
+                parts: std::mem::take(current),
+            });
+        }
+        if !results.is_empty() {
+            turns.push(Turn::ToolResults {
+                results: std::mem::take(results),
+            });
+        }
+    };
+    for p in parts {
+        let part = match p {
+            PlainContentPartsItem::TextPart(t) => AssistantPart::Text {
+                text: t.text.clone(),
+                provider_data: data(&t.provider_data),
+            },
+            PlainContentPartsItem::ReasoningPart(r) => AssistantPart::Reasoning {
+                text: r.text.clone(),
+                provider_data: data(&r.provider_data),
+            },
+            PlainContentPartsItem::ToolCallPart(c) => {
+                let Some(arguments) = &c.arguments else {
+                    continue;
+                };
+                if !answered.contains(c.call_id.as_str()) {
+                    continue;
+                }
+                names.insert(&c.call_id, &c.name);
+                AssistantPart::ToolCall {
+                    id: c.call_id.clone(),
+                    name: c.name.clone(),
+                    arguments: arguments.clone(),
+                    provider_data: data(&c.provider_data),
+                }
+            }
+            PlainContentPartsItem::ToolResultPart(r) => {
+                let Some(name) = names.get(r.call_id.as_str()) else {
+                    continue;
+                };
+                results.push(ToolResultItem {
+                    call_id: r.call_id.clone(),
+                    name: (*name).to_owned(),
+                    output: r.output.clone(),
+                    is_error: r.is_error.unwrap_or(false),
+                });
+                continue;
+            }
+            _ => continue,
+        };
+        // A model part after results starts the next turn.
+        if !results.is_empty() {
+            flush(&mut current, &mut results, &mut turns);
+        }
+        current.push(part);
+    }
+    flush(&mut current, &mut results, &mut turns);
+    turns
+}
+
+/// Appends `turns` (the reply being made) to `conversation`, merging an
+/// assistant turn into one it follows.
+pub fn append(conversation: &mut Conversation, turns: Vec<Turn>) {
+    let mut all = std::mem::take(&mut conversation.turns);
+    all.extend(turns);
+    conversation.turns = merge_assistant_runs(all);
+}
+
+fn merge_assistant_runs(turns: Vec<Turn>) -> Vec<Turn> {
+    let mut out: Vec<Turn> = Vec::with_capacity(turns.len());
+    for t in turns {
+        match (out.last_mut(), t) {
+            (Some(Turn::Assistant { parts }), Turn::Assistant { parts: more }) => {
+                parts.extend(more)
+            }
+            (_, t) => out.push(t),
+        }
+    }
+    out
+}

@@ -1,0 +1,448 @@
+//! Tools through MCP (the official Rust SDK, `rmcp`): the servers a user
+//! configured, started (stdio) or reached (streamable HTTP) once per
+//! host, their tools offered to the model as `mcp_<server>_<tool>` with
+//! their JSON Schemas.
+//!
+//! A call never fails the run: a schema violation is refused before the
+//! call, and an MCP error, a transport failure, a timeout or a response
+//! that does not parse becomes a result with `isError` whose output starts
+//! with the seed 000 code in brackets (`[mcp_transport_failed] …`), so the
+//! model and the UI both see what happened.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rmcp::ServiceExt;
+use rmcp::model::{CallToolRequestParams, ContentBlock};
+use rmcp::service::{RoleClient, RunningService, ServiceError};
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::chat::ToolRun;
+use crate::lexicon::chat::gel::assistant::subscribe_reply::ToolResultOutcome;
+use crate::provider::ToolSpec;
+
+/// The codes a failed call's output starts with (seed 000 names).
+pub mod codes {
+    pub const TRANSPORT_FAILED: &str = "mcp_transport_failed";
+    pub const READ_FAILED: &str = "mcp_read_failed";
+    pub const RESPONSE_INVALID: &str = "mcp_response_invalid";
+    pub const TIMEOUT: &str = "operation_timeout";
+    pub const INVALID_REQUEST: &str = "invalid_request";
+    pub const NOT_FOUND: &str = "not_found";
+}
+
+/// How to reach one MCP server, in the `mcpServers` shape MCP clients
+/// share: `{"command","args","env"}` or `{"url","headers"}`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[serde(untagged, deny_unknown_fields)]
+pub enum ServerConfig {
+    Stdio {
+        command: String,
+        #[serde(default)]
+        args: Vec<String>,
+        #[serde(default)]
+        env: BTreeMap<String, String>,
+    },
+    Http {
+        url: String,
+        #[serde(default)]
+        headers: BTreeMap<String, String>,
+    },
+}
+
+impl ServerConfig {
+    /// What a tool call part records as its `source`: the URL, or the
+    /// command's name (never its arguments or environment, which may hold
+    /// secrets).
+    pub fn source(&self) -> String {
+        match self {
+            ServerConfig::Stdio { command, .. } => command.clone(),
+            ServerConfig::Http { url, .. } => url.clone(),
+        }
+    }
+}
+
+/// A set of servers by name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct McpServers(pub BTreeMap<String, ServerConfig>);
+
+/// Why an MCP configuration is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum McpConfigError {
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error(
+        "the MCP configuration is not {{\"mcpServers\": {{NAME: {{\"command\", \"args\", \"env\"}} | {{\"url\"}}}}}}: {0}"
+    )]
+    Shape(String),
+    #[error("MCP server name {0:?}: use letters, digits, '-' and '_' (at most 32)")]
+    BadName(String),
+}
+
+impl McpServers {
+    /// Parses `{"mcpServers": {NAME: …}}`.
+    pub fn from_json(text: &str) -> Result<McpServers, McpConfigError> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct File {
+            mcp_servers: BTreeMap<String, ServerConfig>,
+        }
+        let file: File =
+            serde_json::from_str(text).map_err(|e| McpConfigError::Shape(e.to_string()))?;
+        for name in file.mcp_servers.keys() {
+            if name.is_empty()
+                || name.len() > 32
+                || !name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            {
+                return Err(McpConfigError::BadName(name.chars().take(64).collect()));
+            }
+        }
+        Ok(McpServers(file.mcp_servers))
+    }
+
+    /// Reads the configuration file at `path`.
+    pub fn load(path: &Path) -> Result<McpServers, McpConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| McpConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        McpServers::from_json(&text)
+    }
+
+    /// These servers with `other`'s added (`other` wins on a name).
+    pub fn merged(mut self, other: McpServers) -> McpServers {
+        self.0.extend(other.0);
+        self
+    }
+}
+
+/// The name a server's tool is offered as: `mcp_<server>_<tool>`, in the
+/// characters and length every provider accepts (`[A-Za-z0-9_-]{1,64}`).
+pub fn offered_name(server: &str, tool: &str) -> String {
+    let clean: String = format!("mcp_{server}_{tool}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if clean.len() <= 64 {
+        return clean;
+    }
+    // Too long: keep a readable prefix and make it unique with a hash.
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(format!("{server}\0{tool}").as_bytes());
+    let tag: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{}_{tag}", &clean[..55])
+}
+
+struct HostedTool {
+    server: String,
+    /// The server's own name of the tool.
+    tool: String,
+    spec: ToolSpec,
+    source: String,
+    /// `None` when the schema does not compile here (a remote `$ref`):
+    /// the server then checks the arguments itself.
+    validator: Option<jsonschema::Validator>,
+}
+
+/// The tools of the configured MCP servers, connected.
+pub struct ToolHost {
+    tools: BTreeMap<String, HostedTool>,
+    clients: BTreeMap<String, RunningService<RoleClient, ()>>,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for ToolHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolHost")
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A server that could not be used, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerProblem {
+    pub server: String,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ToolHost {
+    /// A host with no tools.
+    pub fn empty() -> ToolHost {
+        ToolHost {
+            tools: BTreeMap::new(),
+            clients: BTreeMap::new(),
+            timeout: Duration::from_secs(60),
+        }
+    }
+
+    /// Starts or reaches every server and lists its tools; a server that
+    /// fails is left out and reported (the others still serve). Each
+    /// call may take `timeout`.
+    pub async fn connect(
+        servers: &McpServers,
+        timeout: Duration,
+    ) -> (ToolHost, Vec<ServerProblem>) {
+        let mut host = ToolHost {
+            timeout,
+            ..ToolHost::empty()
+        };
+        let mut problems = Vec::new();
+        for (name, config) in &servers.0 {
+            match tokio::time::timeout(timeout, host.add(name, config)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(p)) => problems.push(p),
+                Err(_) => problems.push(ServerProblem {
+                    server: name.clone(),
+                    code: codes::TIMEOUT,
+                    message: format!(
+                        "MCP server {name} did not start within {} s",
+                        timeout.as_secs()
+                    ),
+                }),
+            }
+        }
+        for p in &problems {
+            tracing::warn!("MCP server {}: [{}] {}", p.server, p.code, p.message);
+        }
+        (host, problems)
+    }
+
+    async fn add(&mut self, name: &str, config: &ServerConfig) -> Result<(), ServerProblem> {
+        let problem = |code, message: String| ServerProblem {
+            server: name.to_owned(),
+            code,
+            message,
+        };
+        let client = match config {
+            ServerConfig::Stdio { command, args, env } => {
+                let mut cmd = tokio::process::Command::new(command);
+                cmd.args(args).envs(env);
+                // The server's password must not reach a tool.
+                cmd.env_remove("GELSTORE_PASSWORD");
+                let transport = rmcp::transport::TokioChildProcess::builder(cmd)
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .map(|(t, _)| t)
+                    .map_err(|e| {
+                        problem(
+                            codes::TRANSPORT_FAILED,
+                            format!("{command} did not start: {e}"),
+                        )
+                    })?;
+                ().serve(transport)
+                    .await
+                    .map_err(|e| problem(codes::TRANSPORT_FAILED, format!("{command}: {e}")))?
+            }
+            ServerConfig::Http { url, headers } => super::mcp_http::connect(url, headers)
+                .await
+                .map_err(|e| problem(codes::TRANSPORT_FAILED, format!("{url}: {e}")))?,
+        };
+        let listed = client
+            .list_all_tools()
+            .await
+            .map_err(|e| problem(codes::READ_FAILED, format!("listing tools: {e}")))?;
+        for tool in listed {
+            let schema = Value::Object((*tool.input_schema).clone());
+            let offered = offered_name(name, &tool.name);
+            let validator = jsonschema::validator_for(&schema).ok();
+            self.tools.insert(
+                offered.clone(),
+                HostedTool {
+                    server: name.to_owned(),
+                    tool: tool.name.to_string(),
+                    spec: ToolSpec {
+                        name: offered,
+                        description: tool.description.map(|d| d.to_string()),
+                        input_schema: schema,
+                    },
+                    source: config.source(),
+                    validator,
+                },
+            );
+        }
+        self.clients.insert(name.to_owned(), client);
+        Ok(())
+    }
+
+    /// Every tool's spec, by offered name.
+    pub fn specs(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.tools.values().map(|t| &t.spec)
+    }
+
+    /// The spec of the tool offered as `name`.
+    pub fn spec(&self, name: &str) -> Option<&ToolSpec> {
+        self.tools.get(name).map(|t| &t.spec)
+    }
+
+    /// The `source` a call to `name` records.
+    pub fn source(&self, name: &str) -> Option<&str> {
+        self.tools.get(name).map(|t| t.source.as_str())
+    }
+
+    /// Runs the call `name(args)`; every failure is a result.
+    pub async fn call(&self, name: &str, args: &Value) -> ToolRun {
+        let started = Instant::now();
+        let mut run = self.call_inner(name, args).await;
+        run.elapsed_ms = Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        run
+    }
+
+    async fn call_inner(&self, name: &str, args: &Value) -> ToolRun {
+        let Some(tool) = self.tools.get(name) else {
+            return failed(
+                ToolResultOutcome::Refused,
+                codes::NOT_FOUND,
+                &format!("no tool {name:?} is offered here"),
+            );
+        };
+        let Some(object) = args.as_object() else {
+            return failed(
+                ToolResultOutcome::Refused,
+                codes::INVALID_REQUEST,
+                "the arguments are not a JSON object",
+            );
+        };
+        if let Some(v) = &tool.validator {
+            let errors: Vec<String> = v
+                .iter_errors(args)
+                .take(5)
+                .map(|e| {
+                    let at = e.instance_path().to_string();
+                    if at.is_empty() {
+                        e.to_string()
+                    } else {
+                        format!("{at}: {e}")
+                    }
+                })
+                .collect();
+            if !errors.is_empty() {
+                return failed(
+                    ToolResultOutcome::Refused,
+                    codes::INVALID_REQUEST,
+                    &format!(
+                        "the arguments do not match the tool's schema: {}",
+                        errors.join("; ")
+                    ),
+                );
+            }
+        }
+        let Some(client) = self.clients.get(&tool.server) else {
+            return failed(
+                ToolResultOutcome::Refused,
+                codes::TRANSPORT_FAILED,
+                "the tool's server is not connected",
+            );
+        };
+        let params = CallToolRequestParams::new(tool.tool.clone()).with_arguments(object.clone());
+        match tokio::time::timeout(self.timeout, client.call_tool(params)).await {
+            Err(_) => failed(
+                ToolResultOutcome::Uncertain,
+                codes::TIMEOUT,
+                &format!(
+                    "{} did not answer within {} s",
+                    tool.server,
+                    self.timeout.as_secs()
+                ),
+            ),
+            Ok(Err(e)) => service_failure(&tool.server, e),
+            Ok(Ok(result)) => {
+                let output = render(&result.content, result.structured_content.as_ref());
+                ToolRun {
+                    outcome: ToolResultOutcome::Succeeded,
+                    output,
+                    is_error: result.is_error.unwrap_or(false),
+                    elapsed_ms: None,
+                }
+            }
+        }
+    }
+
+    /// Closes every server (stdio children are stopped).
+    pub async fn shutdown(self) {
+        for (_, client) in self.clients {
+            let _ = client.cancel().await;
+        }
+    }
+}
+
+fn failed(outcome: ToolResultOutcome, code: &str, message: &str) -> ToolRun {
+    ToolRun {
+        outcome,
+        output: format!("[{code}] {message}"),
+        is_error: true,
+        elapsed_ms: None,
+    }
+}
+
+fn service_failure(server: &str, e: ServiceError) -> ToolRun {
+    match e {
+        // The server answered with a JSON-RPC error: the call did not run.
+        ServiceError::McpError(e) => failed(
+            ToolResultOutcome::Refused,
+            codes::READ_FAILED,
+            &format!("{server} answered with an error: {}", e.message),
+        ),
+        ServiceError::UnexpectedResponse => failed(
+            ToolResultOutcome::Uncertain,
+            codes::RESPONSE_INVALID,
+            &format!("{server} gave a response that is not a tool result"),
+        ),
+        ServiceError::Timeout { .. } => failed(
+            ToolResultOutcome::Uncertain,
+            codes::TIMEOUT,
+            &format!("{server} did not answer in time"),
+        ),
+        other => failed(
+            ToolResultOutcome::Uncertain,
+            codes::TRANSPORT_FAILED,
+            &format!("{server}: {other}"),
+        ),
+    }
+}
+
+/// A tool result's content as the text a model reads: text blocks as
+/// they are, structured content as JSON, other blocks named.
+fn render(content: &[ContentBlock], structured: Option<&Value>) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    for block in content {
+        match block {
+            ContentBlock::Text(t) => parts.push(t.text.clone()),
+            ContentBlock::Image(i) => parts.push(format!(
+                "[image {}, {} base64 bytes]",
+                i.mime_type,
+                i.data.len()
+            )),
+            ContentBlock::Audio(a) => parts.push(format!(
+                "[audio {}, {} base64 bytes]",
+                a.mime_type,
+                a.data.len()
+            )),
+            other => parts.push(serde_json::to_string(other).unwrap_or_default()),
+        }
+    }
+    if parts.is_empty()
+        && let Some(s) = structured
+    {
+        parts.push(s.to_string());
+    }
+    parts.join("\n")
+}
+
+/// Shared by the loop's tasks.
+pub type SharedTools = Arc<ToolHost>;
