@@ -930,3 +930,87 @@ fn ollama_whole_calls_in_two_turns_keep_unique_ids() {
         Some(50)
     );
 }
+
+/// A streamable HTTP MCP server (`server-everything streamableHttp`): the
+/// tools are listed and called over HTTP through rmcp on our reqwest.
+#[test]
+fn a_streamable_http_mcp_server_serves_tools() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = std::process::Command::new(mcp_bin("mcp-server-everything"))
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Ready once it says it listens.
+    let stderr = server.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("listening") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the HTTP MCP server started");
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let servers =
+        McpServers::from_json(&json!({"mcpServers": {"web": {"url": url}}}).to_string()).unwrap();
+    let rt = runtime();
+    let (tools, problems) = rt.block_on(ToolHost::connect(&servers, Duration::from_secs(30)));
+    assert!(problems.is_empty(), "{problems:?}");
+    assert_eq!(tools.source("mcp_web_echo"), Some(url.as_str()));
+    let run = rt.block_on(tools.call("mcp_web_echo", &json!({"message": "over http"})));
+    assert_eq!(run.output, "Echo: over http", "{run:?}");
+    assert!(!run.is_error);
+    let sum = rt.block_on(tools.call("mcp_web_get-sum", &json!({"a": 1.25, "b": 2})));
+    assert!(sum.output.contains("3.25"), "{sum:?}");
+    rt.block_on(tools.shutdown());
+    let _ = server.kill();
+    let _ = server.wait();
+
+    // A server that is not there is reported and left out, not fatal.
+    let gone = McpServers::from_json(
+        &json!({"mcpServers": {"gone": {"url": format!("http://127.0.0.1:{port}/mcp")}}})
+            .to_string(),
+    )
+    .unwrap();
+    let (tools, problems) = rt.block_on(ToolHost::connect(&gone, Duration::from_secs(10)));
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].code, "mcp_transport_failed");
+    assert_eq!(tools.specs().count(), 0);
+}
+
+/// A call that outlives the host's timeout is a result (`uncertain`,
+/// `[operation_timeout]`), and the server stays usable.
+#[test]
+fn a_tool_call_past_its_timeout_is_an_uncertain_result() {
+    let rt = runtime();
+    let (tools, problems) = rt.block_on(ToolHost::connect(&everything(), Duration::from_secs(3)));
+    assert!(problems.is_empty(), "{problems:?}");
+    let run = rt.block_on(tools.call(
+        "mcp_everything_trigger-long-running-operation",
+        &json!({"duration": 20, "steps": 2}),
+    ));
+    assert!(run.is_error, "{run:?}");
+    assert_eq!(run.outcome, ToolResultOutcome::Uncertain);
+    assert!(
+        run.output.starts_with("[operation_timeout]"),
+        "{}",
+        run.output
+    );
+    let echo = rt.block_on(tools.call("mcp_everything_echo", &json!({"message": "still here"})));
+    assert_eq!(echo.output, "Echo: still here");
+    rt.block_on(tools.shutdown());
+}

@@ -11,6 +11,9 @@
 //! `GELSTORE_WRITE_PROVIDER_FIXTURES=1 cargo test --test provider_corpus`
 //! rewrites the expected files (review the diff before committing).
 
+#[path = "common_provider/mod.rs"]
+mod common_provider;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -673,4 +676,62 @@ fn trailing_frames_after_the_end() {
     let mut body = c.body.clone();
     body.extend_from_slice(b"{\"model\":\"llama3.2:3b\",\"message\":{\"role\":\"assistant\",\"content\":\"x\"},\"done\":false}\n");
     assert!(decode(c.format, &body, 0).1.is_err());
+}
+
+/// Every transcript served over loopback HTTP by the mock provider and
+/// read by the real client (`ProviderClient::stream_turn`, TCP cutting the
+/// body where it will) gives the same lines as the recorded expectation.
+#[test]
+fn every_case_over_loopback_http_gives_the_same_lines() {
+    use common_provider::{Answer, MockProvider};
+    use gelstore::provider::http::ProviderClient;
+    use gelstore::provider::{Conversation, ProviderConfig, Turn, TurnRequest};
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    for case in cases() {
+        let content_type = if case.format.is_sse() {
+            "text/event-stream"
+        } else {
+            "application/x-ndjson"
+        };
+        // Three copies: a retryable failure before any output is retried.
+        let answer = Answer::stream(case.body.clone(), content_type);
+        let mock = MockProvider::start(vec![answer.clone(), answer.clone(), answer]);
+        let provider = match case.format {
+            WireFormat::OpenAiChat => "openai-chat",
+            WireFormat::OpenAiResponses => "openai",
+            WireFormat::Anthropic => "anthropic",
+            WireFormat::Ollama => "ollama",
+        };
+        let url = mock.url.clone();
+        let config = ProviderConfig::from_lookup(provider, |v| match v {
+            "OPENAI_BASE_URL" => Some(format!("{url}/v1")),
+            "ANTHROPIC_BASE_URL" | "OLLAMA_HOST" => Some(url.clone()),
+            "OPENAI_API_KEY" | "ANTHROPIC_API_KEY" => Some("k".into()),
+            _ => None,
+        })
+        .unwrap();
+        let client = ProviderClient::new(config, std::time::Duration::from_secs(30)).unwrap();
+        let conversation = Conversation {
+            system: Some("be brief".into()),
+            turns: vec![Turn::User { text: "hi".into() }],
+        };
+        let request = TurnRequest {
+            model: "m",
+            conversation: &conversation,
+            tools: &[],
+            effort: None,
+            max_tokens: 1024,
+        };
+        let mut outputs = Vec::new();
+        let end = runtime.block_on(client.stream_turn(&request, &mut |o| outputs.push(o)));
+        let lines = lines_of(&case.name, &outputs, &end);
+        let expected = fs::read_to_string(case.path.join("expected.lines.jsonl")).unwrap();
+        assert_eq!(lines, expected, "{} over HTTP", case.name);
+        let received = mock.received();
+        assert!(!received.is_empty(), "{}: no request", case.name);
+        assert_eq!(received[0].body["stream"], true, "{}", case.name);
+    }
 }

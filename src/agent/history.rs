@@ -168,3 +168,178 @@ fn merge_assistant_runs(turns: Vec<Turn>) -> Vec<Turn> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chat::record::{pending_reply, user_message};
+    use crate::chat::{Attempt, ChatRecord};
+    use crate::lexicon::chat::gel::assistant::defs::{
+        ModelRef, PlainContent, ReasoningPart, TextPart, ToolCallPart, ToolCallPartApproval,
+        ToolResultPart,
+    };
+    use crate::lexicon::chat::gel::assistant::message::MessageStatus;
+    use crate::lexicon::support::{AtUri, Datetime};
+
+    fn chat() -> AtUri {
+        AtUri::new("at://did:plc:ewvi7nxzyoun6zhxrhs64oiz/chat.gel.assistant.chat/3lbqzcx2ss222")
+            .unwrap()
+    }
+
+    fn now() -> Datetime {
+        Datetime::new("2026-12-01T00:00:00.000Z").unwrap()
+    }
+
+    fn content(parts: Vec<PlainContentPartsItem>) -> Option<PlainContent> {
+        Some(PlainContent {
+            parts,
+            extra: Default::default(),
+        })
+    }
+
+    fn text(t: &str) -> PlainContentPartsItem {
+        PlainContentPartsItem::TextPart(TextPart {
+            provider_data: None,
+            text: t.into(),
+            extra: Default::default(),
+        })
+    }
+
+    fn call(id: &str, approval: Option<ToolCallPartApproval>) -> PlainContentPartsItem {
+        PlainContentPartsItem::ToolCallPart(ToolCallPart {
+            approval,
+            call_id: id.into(),
+            arguments: Some("{}".into()),
+            provider_data: Some(ProviderData(r#"{"id":"fc_1"}"#.into())),
+            source: None,
+            name: "f".into(),
+            extra: Default::default(),
+        })
+    }
+
+    fn result(id: &str) -> PlainContentPartsItem {
+        PlainContentPartsItem::ToolResultPart(ToolResultPart {
+            call_id: id.into(),
+            is_error: None,
+            output: "out".into(),
+            output_blob: None,
+            extra: Default::default(),
+        })
+    }
+
+    fn reply(provider: &str, parts: Vec<PlainContentPartsItem>) -> ChatRecord {
+        let mut m = pending_reply(chat(), now());
+        m.status = MessageStatus::Complete;
+        m.model = Some(ModelRef {
+            provider: provider.into(),
+            id: "x".into(),
+            extra: Default::default(),
+        });
+        ChatRecord::new("3lbqzdw5pzk22.r0", m, content(parts))
+    }
+
+    fn user(t: &str) -> ChatRecord {
+        ChatRecord::new(
+            "3lbqzdw5pzk22",
+            user_message(chat(), None, Attempt::FIRST, now()),
+            content(vec![text(t)]),
+        )
+    }
+
+    #[test]
+    fn replies_become_turns_cut_at_results_with_provider_data_only_for_its_provider() {
+        let reasoning = PlainContentPartsItem::ReasoningPart(ReasoningPart {
+            provider_data: Some(ProviderData(r#"{"signature":"s"}"#.into())),
+            text: "hm".into(),
+            extra: Default::default(),
+        });
+        let branch = vec![
+            user("q"),
+            reply(
+                "anthropic",
+                vec![
+                    reasoning,
+                    call("a", None),
+                    result("a"),
+                    text("done"),
+                    call("cut", None),
+                ],
+            ),
+            user("again"),
+        ];
+        let same = conversation(Some("sys".into()), &branch, "anthropic");
+        assert_eq!(same.system.as_deref(), Some("sys"));
+        assert_eq!(same.turns.len(), 5, "{:#?}", same.turns);
+        let Turn::Assistant { parts } = &same.turns[1] else {
+            panic!()
+        };
+        assert!(
+            matches!(&parts[0], AssistantPart::Reasoning { provider_data: Some(d), .. } if d == r#"{"signature":"s"}"#)
+        );
+        assert!(
+            matches!(&same.turns[2], Turn::ToolResults { results } if results[0].call_id == "a" && results[0].name == "f")
+        );
+        // The call without a result never ran: left out.
+        let Turn::Assistant { parts } = &same.turns[3] else {
+            panic!()
+        };
+        assert_eq!(parts.len(), 1);
+        // Another provider gets no providerData at all.
+        let other = conversation(None, &branch, "openai");
+        for t in &other.turns {
+            if let Turn::Assistant { parts } = t {
+                for p in parts {
+                    let data = match p {
+                        AssistantPart::Text { provider_data, .. }
+                        | AssistantPart::Reasoning { provider_data, .. }
+                        | AssistantPart::ToolCall { provider_data, .. } => provider_data,
+                    };
+                    assert!(data.is_none(), "{p:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_answered_wait_merges_into_one_assistant_turn() {
+        let waiting = reply(
+            "anthropic",
+            vec![
+                text("let me"),
+                call("w", Some(ToolCallPartApproval::Pending)),
+            ],
+        );
+        let answer = ChatRecord::new(
+            "3lbqzdw5pzk33",
+            user_message(chat(), None, Attempt::FIRST, now()),
+            content(vec![]),
+        );
+        let after = reply(
+            "anthropic",
+            vec![
+                call("w", Some(ToolCallPartApproval::Approved)),
+                result("w"),
+                text("ok"),
+            ],
+        );
+        let c = conversation(None, &[user("q"), waiting, answer, after], "anthropic");
+        let kinds: Vec<&str> = c
+            .turns
+            .iter()
+            .map(|t| match t {
+                Turn::User { .. } => "user",
+                Turn::Assistant { .. } => "assistant",
+                Turn::ToolResults { .. } => "results",
+            })
+            .collect();
+        assert_eq!(kinds, ["user", "assistant", "results", "assistant"]);
+        let Turn::Assistant { parts } = &c.turns[1] else {
+            panic!()
+        };
+        assert_eq!(
+            parts.len(),
+            2,
+            "the waiting text and the repeated call: {parts:?}"
+        );
+    }
+}

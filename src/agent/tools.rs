@@ -1,5 +1,5 @@
 //! Tools through MCP (the official Rust SDK, `rmcp`): the servers a user
-//! configured, started (stdio) or reached (streamable HTTP) once per
+//! configured, started (stdio) or reached (streamable HTTP, `mcp_http`) once per
 //! host, their tools offered to the model as `mcp_<server>_<tool>` with
 //! their JSON Schemas.
 //!
