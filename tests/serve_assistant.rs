@@ -660,3 +660,52 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// A pending reply written in an `applyWrites` too big for its `#commit`
+/// event to carry its blocks (a CAR over 1 MB: `tooBig`, no ops listed) is
+/// still found and run at once, not at the next restart.
+#[test]
+fn a_pending_reply_in_a_too_big_commit_is_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    start(&data).stop();
+    let chat = first_line(&gel_ok(&data, &["chat", "new"]));
+    let message = first_line(&gel_ok(&data, &["chat", "send", "--chat", &chat, "Hello"]));
+    let serve = start(&data);
+    let token = serve.access_token();
+    let reply = format!("{message}.r0");
+    let filler = "x".repeat(250_000);
+    let mut writes: Vec<Value> = (0..5)
+        .map(|i| {
+            json!({
+                "$type": "com.atproto.repo.applyWrites#create",
+                "collection": "com.example.note",
+                "rkey": format!("n{i:04}"),
+                // Distinct texts: equal records would share one block.
+                "value": {"$type": "com.example.note", "text": format!("{i}{filler}")},
+            })
+        })
+        .collect();
+    writes.push(json!({
+        "$type": "com.atproto.repo.applyWrites#create",
+        "collection": "chat.gel.assistant.message",
+        "rkey": reply,
+        "value": {
+            "$type": "chat.gel.assistant.message",
+            "chat": format!("at://{}/chat.gel.assistant.chat/{chat}", serve.did),
+            "role": "assistant",
+            "status": "pending",
+            "createdAt": "2026-11-30T00:00:00.000Z",
+        },
+    }));
+    let r = post(
+        &serve,
+        &token,
+        "com.atproto.repo.applyWrites",
+        json!({"repo": serve.did, "writes": writes}),
+    );
+    assert_eq!(r.status, 200, "applyWrites: {}", r.text());
+    let frames = subscribe(&serve, &token, &reply, None);
+    assert_eq!(kinds(&frames), fixture_kinds("plain_text_small_deltas"));
+    assert_eq!(status_of(&serve, &reply), "complete");
+}

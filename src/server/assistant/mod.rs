@@ -303,7 +303,8 @@ struct Found {
 }
 
 /// The pending replies among the records written after event `cursor`
-/// (every one when `None`, or when the events were pruned), and the
+/// (every one when `None`, when the events were pruned, or after a
+/// `tooBig` commit, which lists no ops), and the
 /// `deferred` ones again if key wraps or devices changed.
 fn pending_replies(
     core: &mut Core,
@@ -325,8 +326,17 @@ fn pending_replies(
                 }
                 Err(e) => return Err(e.into()),
             };
-            let Ok(Frame::Commit(commit)) = decode_frame(&event.frame) else {
-                continue;
+            let commit = match decode_frame(&event.frame) {
+                Ok(Frame::Commit(c)) if !c.too_big => c,
+                // A `tooBig` event lists no ops (and a frame that does not
+                // decode tells nothing): which replies it wrote is unknown,
+                // so every reply is looked at.
+                Ok(Frame::Commit(_)) | Err(_) => {
+                    full_scan = true;
+                    keys_changed = true;
+                    break;
+                }
+                Ok(_) => continue,
             };
             for op in &commit.ops {
                 keys_changed |= op.path.starts_with(KEY_WRAP) || op.path.starts_with(DEVICE);
