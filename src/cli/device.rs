@@ -336,6 +336,12 @@ fn ls(data: &Path, format: Format) -> Result<()> {
             for s in dev.skipped_records() {
                 eprintln!("warning: skipped a record that does not decode: {s}");
             }
+            if let Some(held) = dev.rolled_back() {
+                eprintln!(
+                    "warning: {}",
+                    device::DeviceError::MembershipRolledBack { held, now: epoch }
+                );
+            }
         }
         Format::Json => {
             let devices: Vec<Value> = listing.iter().map(listing_json).collect();
@@ -344,6 +350,8 @@ fn ls(data: &Path, format: Format) -> Result<()> {
                 "device": dev.id(),
                 "epoch": epoch,
                 "newestEpoch": dev.newest_epoch(),
+                "heldEpoch": dev.rolled_back().unwrap_or(epoch),
+                "rolledBack": dev.rolled_back().is_some(),
                 "devices": devices,
                 "skippedRecords": dev.skipped_records(),
             }))

@@ -145,5 +145,13 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
             ));
         }
     }
+    if !report.merged.refused.is_empty() {
+        eprintln!(
+            "refused: the PDS deleted or changed {} key record(s) this device holds ({}); device and keyWrap records only grow, so they were kept here and pushed back. Someone with the account's password or the PDS may be trying to undo a device removal.",
+            report.merged.refused.len(),
+            report.merged.refused.join(", ")
+        );
+        return Outcome::Findings;
+    }
     Outcome::Clean
 }

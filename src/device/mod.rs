@@ -129,6 +129,18 @@ pub enum DeviceError {
         /// Why.
         reason: String,
     },
+    /// The key records give an older account epoch than this device has
+    /// held: records were deleted or rolled back (a PDS can do that). The
+    /// device refuses to seal anything below the epoch it knows.
+    #[error(
+        "this device held account epoch {held}, but the key records now give only epoch {now}: key records were deleted or rolled back (by the PDS, or someone with the account's password). Nothing is sealed until a sync brings them back from a device that still holds them"
+    )]
+    MembershipRolledBack {
+        /// The newest epoch this device held.
+        held: u64,
+        /// The epoch the records give now.
+        now: u64,
+    },
     /// Sealing, opening, pairing or a keyring operation failed.
     #[error(transparent)]
     Seal(#[from] SealError),
@@ -168,6 +180,8 @@ pub struct Device {
     /// The key records (device, keyWrap: path and CID) it was derived
     /// from: a head that moved without changing them needs no new keyring.
     derived_from: Vec<(String, crate::model::Cid)>,
+    /// The data folder (for `device.json`'s held epoch).
+    dir: std::path::PathBuf,
 }
 
 impl std::fmt::Debug for Device {
@@ -303,14 +317,19 @@ impl Device {
         let key = load_device_key(dir)?;
         let state = admitted_state(dir)?;
         let repo = Repository::open(dir)?;
-        Device::build(repo, key, state)
+        Device::build(dir, repo, key, state)
     }
 
-    fn build(repo: Repository, key: DeviceKey, state: DeviceState) -> Result<Device, DeviceError> {
+    fn build(
+        dir: &Path,
+        repo: Repository,
+        key: DeviceKey,
+        state: DeviceState,
+    ) -> Result<Device, DeviceError> {
         let (did, keyring, records, report) = derive(&repo, &key, &state)?;
         let derived_at = repo.head().commit;
         let derived_from = key_record_cids(&repo)?;
-        Ok(Device {
+        let mut device = Device {
             repo,
             did,
             keyring,
@@ -320,7 +339,28 @@ impl Device {
             state,
             derived_at,
             derived_from,
-        })
+            dir: dir.to_path_buf(),
+        };
+        device.note_epoch()?;
+        Ok(device)
+    }
+
+    /// Keeps the newest epoch held in `device.json` (it only grows).
+    fn note_epoch(&mut self) -> Result<(), DeviceError> {
+        let epoch = self.keyring.account_epoch();
+        if epoch > self.state.held_epoch {
+            let mut state = self.state.clone();
+            state.held_epoch = epoch;
+            state.save(&self.dir)?;
+            self.state = state;
+        }
+        Ok(())
+    }
+
+    /// `Some(held)` when the keyring is below the newest epoch this device
+    /// held (see [`DeviceError::MembershipRolledBack`]).
+    pub fn rolled_back(&self) -> Option<u64> {
+        (self.keyring.account_epoch() < self.state.held_epoch).then_some(self.state.held_epoch)
     }
 
     /// Follows a repository that moved since the keyring was derived (a
@@ -344,6 +384,7 @@ impl Device {
         (self.did, self.keyring, self.records, self.report) = (did, keyring, records, report);
         self.derived_at = head;
         self.derived_from = now;
+        self.note_epoch()?;
         Ok(true)
     }
 
@@ -542,13 +583,18 @@ impl Device {
     }
 
     fn writable(&self) -> Result<(), DeviceError> {
-        if self.repo.is_writable() {
-            Ok(())
-        } else {
-            Err(DeviceError::ReadOnlyCopy {
+        if !self.repo.is_writable() {
+            return Err(DeviceError::ReadOnlyCopy {
                 did: self.repo.did().to_string(),
-            })
+            });
         }
+        if let Some(held) = self.rolled_back() {
+            return Err(DeviceError::MembershipRolledBack {
+                held,
+                now: self.keyring.account_epoch(),
+            });
+        }
+        Ok(())
     }
 
     /// Applies `writes` made with a changed copy of the keyring, and keeps
@@ -564,6 +610,7 @@ impl Device {
         self.keyring = keyring;
         self.records.wraps.extend(wraps);
         self.keep_derived(current);
+        self.note_epoch()?;
         Ok(info)
     }
 }
@@ -663,6 +710,7 @@ pub fn init(
             device: None,
             account_key_id: None,
             account_did: None,
+            held_epoch: 0,
         },
     };
     if state.pairing.public_key != key.public_key() {
@@ -763,6 +811,7 @@ pub fn pair(dir: impl AsRef<Path>, rng: &mut impl CryptoRng) -> Result<PairOutco
         device: None,
         account_key_id: None,
         account_did: None,
+        held_epoch: 0,
     }
     .save(dir)?;
     Ok(PairOutcome {
@@ -1005,7 +1054,7 @@ fn finish_join(
         state.save(dir)?;
     }
     let records = repo.record_count();
-    let device = Device::build(repo, key, state)?;
+    let device = Device::build(dir, repo, key, state)?;
     Ok(JoinOutcome {
         device: device.id().to_string(),
         did: device.account_did().to_string(),

@@ -4,8 +4,13 @@
 //! device.key    the X25519 device secret (seal::DeviceKey::save), mode 0600
 //! device.json   the pairing state, mode 0600:
 //!               {"version": 1, "pairingCode": "gp1-…", "device": "<rkey>" | null,
-//!                "accountKeyId": "account:<epoch>:<hex>" | null}
+//!                "accountKeyId": "account:<epoch>:<hex>" | null,
+//!                "heldEpoch": N}
 //! ```
+//!
+//! `heldEpoch` is the newest account epoch this device has held: the
+//! records can lose epochs (a PDS deletes key wraps), this file cannot, so a
+//! keyring re-derived below it is refused for sealing.
 //!
 //! `pairingCode` is the code (public key and one-time secret) this device
 //! was admitted with: shown to the user by `device pair`, or, on the first
@@ -57,6 +62,9 @@ pub struct DeviceState {
     /// store's repository DID: a device that joined through a PDS keeps its
     /// own local repository and opens and seals for the first device's DID.
     pub account_did: Option<String>,
+    /// The newest account epoch this device has held (0 for a state file
+    /// written before it was kept).
+    pub held_epoch: u64,
 }
 
 impl std::fmt::Debug for DeviceState {
@@ -77,6 +85,12 @@ struct StateFile {
     account_key_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     account_did: Option<String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    held_epoch: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl DeviceState {
@@ -123,6 +137,7 @@ impl DeviceState {
             device,
             account_key_id,
             account_did,
+            held_epoch,
         } = serde_json::from_str(&text).map_err(|e| err(format!("not valid JSON state: {e}")))?;
         let pairing_code = Zeroizing::new(pairing_code);
         if version != STATE_VERSION {
@@ -154,6 +169,7 @@ impl DeviceState {
             device,
             account_key_id,
             account_did,
+            held_epoch,
         }))
     }
 
@@ -171,6 +187,7 @@ impl DeviceState {
             device: self.device.clone(),
             account_key_id: self.account_key_id.clone(),
             account_did: self.account_did.clone(),
+            held_epoch: self.held_epoch,
         };
         let text = serde_json::to_string_pretty(&file);
         drop(Zeroizing::new(file.pairing_code));

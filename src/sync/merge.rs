@@ -9,6 +9,14 @@
 //! | `== remote`      | nothing (both sides already agree) |
 //! | `== old`         | the remote version is taken (create, update or delete) |
 //! | anything else    | a conflict: this device changed the record since the last push and so did another device. The PDS is the history, so the remote version is taken; the local one is not lost: it is appended to `sync-conflicts.jsonl` (sealed content stays sealed) and counted |
+
+//!
+//! **Key records only grow.** `device` and `keyWrap` records are never
+//! updated or deleted by gelstore; a remote delete or change of one this
+//! store holds is what a hostile PDS (or anyone with the password) would do
+//! to undo a device removal. It is refused: the local record stays (the push
+//! then puts it back on the PDS), and the key is listed in
+//! [`MergeReport::refused`].
 //!
 //! Keys the remote did not change keep their local version, which the push
 //! then sends with the mirrored CID as its swap — a local change wins only
@@ -50,7 +58,17 @@ pub struct MergeReport {
     /// Keys changed on both sides; the local version went to
     /// `sync-conflicts.jsonl`.
     pub conflicts: usize,
+    /// Key records (`device`, `keyWrap`) the remote deleted or changed:
+    /// kept here, not merged.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<String>,
 }
+
+/// The collections whose records are never updated or deleted.
+const APPEND_ONLY: [&str; 2] = [
+    crate::device::records::DEVICE_COLLECTION,
+    crate::lexicon::chat::gel::assistant::key_wrap::NSID,
+];
 
 /// Checks an incoming record against our lexicons.
 fn validate(key: &str, value: &ipld_core::ipld::Ipld) -> Result<(), SyncError> {
@@ -164,6 +182,10 @@ pub fn merge(
         let (collection, rkey) = split_key(key);
         let local = repo.get_cid(collection, rkey)?;
         if local == now {
+            continue;
+        }
+        if local.is_some() && APPEND_ONLY.contains(&collection) {
+            report.refused.push(key.clone());
             continue;
         }
         if local != was {
@@ -313,7 +335,8 @@ mod tests {
                 created: 1,
                 updated: 2,
                 deleted: 1,
-                conflicts: 1
+                conflicts: 1,
+                refused: Vec::new(),
             }
         );
         let day = |n: &str| {

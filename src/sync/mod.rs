@@ -810,6 +810,7 @@ fn pull_merge(
     merged.updated += m.updated;
     merged.deleted += m.deleted;
     merged.conflicts += m.conflicts;
+    merged.refused.extend(m.refused);
     let (ours, others): (BTreeMap<_, _>, BTreeMap<_, _>) = pulled
         .entries
         .iter()

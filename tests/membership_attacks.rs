@@ -1,0 +1,292 @@
+//! Membership attacks, tried as an attacker with the account's password
+//! (what a PDS operator, or whoever shares the password, has) against
+//! devices syncing through both peers (the reference PDS and `gelstore
+//! serve`): the attacker edits the PDS's copy of the repository through
+//! XRPC, the devices sync, and each attack must fail with what a user sees
+//! (the sync's exit status and message, `device ls`), with no plaintext
+//! sealed after a removal readable on the removed device.
+
+mod common_pds;
+mod common_peer;
+mod common_serve;
+
+use std::path::Path;
+
+use common_peer::{Peer, gel, ok, on_both_peers};
+use gelstore::repo::repository::{Repository, Write};
+use serde_json::{Value, json};
+
+const KEY_WRAP: &str = "chat.gel.assistant.keyWrap";
+
+fn json_of(text: &str) -> Value {
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn login(peer: &Peer) -> Vec<&str> {
+    vec![
+        "--pds",
+        &peer.service,
+        "--identifier",
+        &peer.handle,
+        "--password",
+        &peer.password,
+        "--plc",
+        peer.plc_arg(),
+        "--format",
+        "json",
+    ]
+}
+
+fn sync(data: &Path, peer: &Peer) -> Value {
+    let mut args = vec!["sync"];
+    args.extend(login(peer));
+    json_of(&ok(data, &args))
+}
+
+/// A sync expected to refuse: its exit status, report and message.
+fn sync_refused(data: &Path, peer: &Peer) -> (Value, String) {
+    let mut args = vec!["sync"];
+    args.extend(login(peer));
+    let out = gel(data, &args);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the sync should refuse: {stderr}"
+    );
+    (json_of(&String::from_utf8_lossy(&out.stdout)), stderr)
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+fn xrpc(
+    peer: &Peer,
+    method: &str,
+    token: Option<&str>,
+    body: Option<&Value>,
+    query: &str,
+) -> Value {
+    rt().block_on(async {
+        let url = format!("{}/xrpc/{method}{query}", peer.service);
+        let client = reqwest::Client::new();
+        let mut req = match body {
+            Some(b) => client.post(&url).json(b),
+            None => client.get(&url),
+        };
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req.send().await.unwrap();
+        let status = resp.status();
+        let v: Value = resp.json().await.unwrap_or(Value::Null);
+        assert!(status.is_success(), "{method}: {status} {v}");
+        v
+    })
+}
+
+/// The attacker: a session with the account's password.
+fn attacker(peer: &Peer) -> String {
+    let s = xrpc(
+        peer,
+        "com.atproto.server.createSession",
+        None,
+        Some(&json!({"identifier": peer.handle, "password": peer.password})),
+        "",
+    );
+    s["accessJwt"].as_str().unwrap().to_owned()
+}
+
+fn key_wraps(peer: &Peer) -> Vec<Value> {
+    let mut out = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let page = xrpc(
+            peer,
+            "com.atproto.repo.listRecords",
+            None,
+            None,
+            &format!(
+                "?repo={}&collection={KEY_WRAP}&limit=100{cursor}",
+                peer.did_param()
+            ),
+        );
+        let records = page["records"].as_array().unwrap().clone();
+        let done = records.len() < 100;
+        out.extend(records);
+        match page["cursor"].as_str() {
+            Some(c) if !done => cursor = format!("&cursor={c}"),
+            _ => return out,
+        }
+    }
+}
+
+fn rkey_of(record: &Value) -> String {
+    record["uri"]
+        .as_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned()
+}
+
+/// Pairs a new device in `data` through the PDS with device `a`.
+fn pair(a: &Path, data: &Path, name: &str, peer: &Peer) -> String {
+    let paired = json_of(&ok(
+        data,
+        &[
+            "device",
+            "pair",
+            "--publish",
+            "--name",
+            name,
+            "--format",
+            "json",
+        ],
+    ));
+    let code = paired["code"].as_str().unwrap().to_owned();
+    sync(data, peer);
+    sync(a, peer);
+    ok(a, &["device", "approve", &code]);
+    sync(a, peer);
+    sync(data, peer);
+    ok(data, &["device", "join"]);
+    paired["device"].as_str().unwrap().to_owned()
+}
+
+fn epoch(data: &Path) -> u64 {
+    json_of(&ok(data, &["device", "ls", "--format", "json"]))["epoch"]
+        .as_u64()
+        .unwrap()
+}
+
+fn shown(data: &Path, chat: &str) -> String {
+    ok(data, &["chat", "show", "--chat", chat, "--format", "json"])
+}
+
+/// Attack 1: after `device remove TABLET`, the attacker deletes the new
+/// epoch's key wraps on the PDS, hoping every device falls back to the
+/// old epoch, which the tablet still holds.
+fn deleting_the_new_epochs_wraps_does_not_undo_a_removal(peer: Peer) {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (a, b, tablet) = (dirs[0].path(), dirs[1].path(), dirs[2].path());
+    ok(a, &["device", "init", "--name", "laptop"]);
+    let chat = ok(a, &["chat", "new", "--title", "plans"])
+        .trim()
+        .to_owned();
+    ok(a, &["chat", "send", "--chat", &chat, "before the removal"]);
+    sync(a, &peer);
+    pair(a, b, "phone", &peer);
+    let tablet_id = pair(a, tablet, "tablet", &peer);
+    assert!(shown(tablet, &chat).contains("before the removal"));
+
+    ok(a, &["device", "remove", &tablet_id]);
+    sync(a, &peer);
+    sync(b, &peer);
+    assert_eq!((epoch(a), epoch(b)), (1, 1));
+
+    // The attacker deletes every epoch-1 wrap.
+    let token = attacker(&peer);
+    let newer: Vec<Value> = key_wraps(&peer)
+        .into_iter()
+        .filter(|w| w["value"]["epoch"] == 1)
+        .collect();
+    assert!(!newer.is_empty());
+    for w in &newer {
+        xrpc(
+            &peer,
+            "com.atproto.repo.deleteRecord",
+            Some(&token),
+            Some(&json!({"repo": peer.did, "collection": KEY_WRAP, "rkey": rkey_of(w)})),
+            "",
+        );
+    }
+    assert!(key_wraps(&peer).iter().all(|w| w["value"]["epoch"] != 1));
+
+    // Each device refuses the deletions, keeps its wraps and says so; the
+    // first to sync puts them back on the PDS.
+    let (report, message) = sync_refused(b, &peer);
+    assert_eq!(
+        report["merged"]["refused"].as_array().unwrap().len(),
+        newer.len(),
+        "{report}"
+    );
+    assert!(message.contains("undo a device removal"), "{message}");
+    assert_eq!(epoch(b), 1);
+    let back = key_wraps(&peer)
+        .into_iter()
+        .filter(|w| w["value"]["epoch"] == 1)
+        .count();
+    assert_eq!(back, newer.len(), "the refused records are pushed back");
+    sync(a, &peer);
+    assert_eq!(epoch(a), 1);
+
+    // What a device writes next is sealed for epoch 1: the tablet, synced,
+    // cannot open it, and still opens what it could before.
+    ok(
+        a,
+        &["chat", "send", "--chat", &chat, "SECRET-AFTER-REMOVAL"],
+    );
+    sync(a, &peer);
+    sync(tablet, &peer);
+    let seen = shown(tablet, &chat);
+    assert!(seen.contains("before the removal"), "{seen}");
+    assert!(
+        !seen.contains("SECRET-AFTER-REMOVAL"),
+        "the removed tablet read a later message"
+    );
+    sync(b, &peer);
+    assert!(shown(b, &chat).contains("SECRET-AFTER-REMOVAL"));
+}
+
+/// A store that loses its newer key records anyway (restored from an old
+/// backup, edited by hand): the device remembers the epoch it held and
+/// refuses to seal below it, and `device ls` says why.
+fn a_device_never_seals_below_the_epoch_it_held(peer: Peer) {
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (a, tablet) = (dirs[0].path(), dirs[1].path());
+    ok(a, &["device", "init", "--name", "laptop"]);
+    let chat = ok(a, &["chat", "new"]).trim().to_owned();
+    ok(a, &["chat", "send", "--chat", &chat, "hello"]);
+    sync(a, &peer);
+    let tablet_id = pair(a, tablet, "tablet", &peer);
+    ok(a, &["device", "remove", &tablet_id]);
+    assert_eq!(epoch(a), 1);
+    // Drop the epoch-1 wraps from the local store itself.
+    {
+        let mut repo = Repository::open(a).unwrap();
+        let rkeys: Vec<String> = repo
+            .list(Some(KEY_WRAP))
+            .unwrap()
+            .map(|e| e.unwrap().0.rsplit('/').next().unwrap().to_owned())
+            .collect();
+        let gone: Vec<Write> = rkeys
+            .iter()
+            .filter(|r| repo.get(KEY_WRAP, r).unwrap().unwrap().value["epoch"] == 1)
+            .map(|r| Write::delete(KEY_WRAP, r))
+            .collect();
+        assert!(!gone.is_empty());
+        repo.apply(&gone).unwrap();
+    }
+    let out = gel(
+        a,
+        &["chat", "send", "--chat", &chat, "must not seal for epoch 0"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("held account epoch 1"), "{err}");
+    let ls = gel(a, &["device", "ls", "--format", "json"]);
+    let listing = json_of(&String::from_utf8_lossy(&ls.stdout));
+    assert_eq!(listing["rolledBack"], true, "{listing}");
+    assert_eq!(listing["heldEpoch"], 1);
+}
+
+on_both_peers!(
+    deleting_the_new_epochs_wraps_does_not_undo_a_removal,
+    a_device_never_seals_below_the_epoch_it_held,
+);
