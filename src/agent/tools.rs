@@ -295,11 +295,14 @@ impl ToolHost {
         self.tools.get(name).map(|t| t.source.as_str())
     }
 
-    /// Runs the call `name(args)`; every failure is a result.
+    /// Runs the call `name(args)`; every failure is a result. An output
+    /// over [`MAX_OUTPUT_KEPT`] bytes is cut there, with a note saying how
+    /// much was left out.
     pub async fn call(&self, name: &str, args: &Value) -> ToolRun {
         let started = Instant::now();
         let mut run = self.call_inner(name, args).await;
         run.elapsed_ms = Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        run.output = cut_output(run.output);
         run
     }
 
@@ -381,6 +384,25 @@ impl ToolHost {
     }
 }
 
+/// The most of one tool output a reply keeps, in bytes. A reply is sealed
+/// as one record (ciphertext at most 1,000,000 bytes), so outputs are kept
+/// well below the part limit (500,000) to leave room for the rest. A full
+/// output kept as a sealed blob (`outputBlob`) is not built yet.
+pub const MAX_OUTPUT_KEPT: usize = 100_000;
+
+fn cut_output(output: String) -> String {
+    if output.len() <= MAX_OUTPUT_KEPT {
+        return output;
+    }
+    let total = output.len();
+    let note = format!("\n[output cut: {total} bytes in all, the first {MAX_OUTPUT_KEPT} kept]");
+    let mut end = MAX_OUTPUT_KEPT - note.len();
+    while !output.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{note}", &output[..end])
+}
+
 fn failed(outcome: ToolResultOutcome, code: &str, message: &str) -> ToolRun {
     ToolRun {
         outcome,
@@ -446,3 +468,54 @@ fn render(content: &[ContentBlock], structured: Option<&Value>) -> String {
 
 /// Shared by the loop's tasks.
 pub type SharedTools = Arc<ToolHost>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_output_is_cut_on_a_char_boundary_with_a_note() {
+        let long = "é".repeat(MAX_OUTPUT_KEPT);
+        let cut = cut_output(long.clone());
+        assert!(cut.len() <= MAX_OUTPUT_KEPT);
+        assert!(cut.ends_with(&format!(
+            "[output cut: {} bytes in all, the first {MAX_OUTPUT_KEPT} kept]",
+            long.len()
+        )));
+        assert_eq!(cut_output("short".into()), "short");
+    }
+
+    #[test]
+    fn offered_names_fit_every_provider() {
+        assert_eq!(
+            offered_name("fs", "read_text_file"),
+            "mcp_fs_read_text_file"
+        );
+        assert_eq!(offered_name("my.server", "do it"), "mcp_my_server_do_it");
+        let long = offered_name("server", &"t".repeat(100));
+        assert!(
+            long.len() <= 64 && long.starts_with("mcp_server_t"),
+            "{long}"
+        );
+        assert_ne!(long, offered_name("server", &"t".repeat(101)));
+    }
+
+    #[test]
+    fn mcp_config_shapes_and_bad_names() {
+        let s = McpServers::from_json(r#"{"mcpServers":{"a":{"command":"x","args":["1"],"env":{"K":"V"}},"b":{"url":"http://127.0.0.1:1/mcp"}}}"#).unwrap();
+        assert_eq!(s.0["a"].source(), "x");
+        assert_eq!(s.0["b"].source(), "http://127.0.0.1:1/mcp");
+        assert!(matches!(
+            McpServers::from_json(r#"{"mcpServers":{"a b":{"command":"x"}}}"#),
+            Err(McpConfigError::BadName(_))
+        ));
+        assert!(matches!(
+            McpServers::from_json(r#"{"servers":{}}"#),
+            Err(McpConfigError::Shape(_))
+        ));
+        assert!(matches!(
+            McpServers::from_json(r#"{"mcpServers":{"a":{"command":"x","url":"y"}}}"#),
+            Err(McpConfigError::Shape(_))
+        ));
+    }
+}
