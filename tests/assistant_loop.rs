@@ -821,6 +821,17 @@ fn the_cli_runs_the_loop_with_settings_and_approvals() {
         &[],
     ));
     assert!(shown.contains("Echo: sealed hello"), "{shown}");
+    // The clear metadata is shown too.
+    let thread: Value = serde_json::from_str(&shown).unwrap();
+    let messages = thread["messages"].as_array().unwrap();
+    let replies: Vec<&Value> = messages
+        .iter()
+        .filter(|m| m["role"] == "assistant")
+        .collect();
+    assert_eq!(replies[0]["stopReason"], "toolUse", "{shown}");
+    assert_eq!(replies[1]["model"], "anthropic/claude-sonnet-4-5-20250929");
+    assert_eq!(replies[1]["usage"]["outputTokens"], 12);
+    assert_eq!(messages[0]["request"]["effort"], "low");
 
     // A refused key: exit 1, the code on stderr, the reply kept as failed.
     let again = ok(gel(

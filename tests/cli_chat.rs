@@ -591,3 +591,48 @@ fn plaintext_stays_sealed_on_disk() {
         }
     }
 }
+
+/// A replayed stream that fails leaves the reply `failed` (kept) and exits
+/// 1 with the code on stderr.
+#[test]
+fn a_failed_reply_exits_1_with_its_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path();
+    let run = |args: &[&str]| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_gelstore"))
+            .arg("--data")
+            .arg(data)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(run(&["device", "init"]).status.success());
+    let chat = String::from_utf8(run(&["chat", "new"]).stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let msg = String::from_utf8(run(&["chat", "send", "--chat", &chat, "hi"]).stdout)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let input = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/streams/provider_error/input.jsonl");
+    let out = run(&[
+        "chat",
+        "reply",
+        "--to",
+        &msg,
+        "--events",
+        input.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("failed: [assistant_provider]"), "{stderr}");
+    let shown =
+        String::from_utf8(run(&["chat", "show", "--chat", &chat, "--format", "json"]).stdout)
+            .unwrap();
+    assert!(
+        shown.contains("\"failed\""),
+        "the failed reply is kept: {shown}"
+    );
+}

@@ -6,9 +6,13 @@
 //!
 //! Wire form of the seed's events: the tag `type` in snake_case
 //! (`text_start`, `toolcall_delta` …), fields in camelCase (`contentIndex`,
-//! `toolName`, `toolCall`). Fields the seed does not name are ignored (a
-//! provider's stream may carry more, such as a `partial` snapshot); a field
-//! of the wrong JSON type is an error.
+//! `toolName`, `toolCall`) or as the seed's Rust enum names them in snake
+//! case (`content_index`, `tool_name`, `tool_call`); either may come bare
+//! or inside the `message_update` envelope the seed says carries them
+//! (`{"type":"message_update","assistantMessageEvent":{…}}`). Fields the
+//! seed does not name are ignored (a provider's stream may carry more, such
+//! as a `partial` snapshot or the envelope's `message`); a field of the
+//! wrong JSON type is an error.
 
 use serde::{Deserialize, Serialize};
 
@@ -25,39 +29,50 @@ use crate::lexicon::chat::gel::assistant::subscribe_reply::ToolResultOutcome;
 )]
 pub enum AssistantMessageEvent {
     TextStart {
+        #[serde(alias = "content_index")]
         content_index: usize,
     },
     TextDelta {
+        #[serde(alias = "content_index")]
         content_index: usize,
         delta: String,
     },
     TextEnd {
+        #[serde(alias = "content_index")]
         content_index: usize,
         content: String,
     },
     ThinkingStart {
+        #[serde(alias = "content_index")]
         content_index: usize,
     },
     ThinkingDelta {
+        #[serde(alias = "content_index")]
         content_index: usize,
         delta: String,
     },
     ThinkingEnd {
+        #[serde(alias = "content_index")]
         content_index: usize,
         content: String,
     },
     ToolcallStart {
+        #[serde(alias = "content_index")]
         content_index: usize,
         id: String,
+        #[serde(alias = "tool_name")]
         tool_name: String,
     },
     ToolcallDelta {
+        #[serde(alias = "content_index")]
         content_index: usize,
         delta: String,
     },
     ToolcallEnd {
+        #[serde(alias = "content_index")]
         content_index: usize,
         /// The finished call, as its content block (`type: "toolCall"`).
+        #[serde(alias = "tool_call")]
         tool_call: ToolCall,
     },
 }
@@ -231,6 +246,18 @@ struct ErrorLine {
     usage: Option<Usage>,
 }
 
+/// `{"type":"message_update","assistantMessageEvent":{…}}` (the event
+/// kept as raw JSON and parsed as a seed event).
+#[derive(Deserialize)]
+struct EnvelopeLine<'a> {
+    #[serde(
+        rename = "assistantMessageEvent",
+        alias = "assistant_message_event",
+        borrow
+    )]
+    event: &'a serde_json::value::RawValue,
+}
+
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ToolResultLine {
@@ -296,6 +323,21 @@ impl StreamLine {
                 }
             }
             "abort" => StreamLine::Abort,
+            "message_update" => {
+                let l: EnvelopeLine = serde_json::from_str(line).map_err(malformed)?;
+                let inner: Tag<'_> = serde_json::from_str(l.event.get())
+                    .map_err(|e| LineError::NoType(short(&e)))?;
+                if !AssistantMessageEvent::TYPES.contains(&inner.kind.as_ref()) {
+                    return Err(LineError::Malformed {
+                        kind: "message_update".into(),
+                        reason: format!(
+                            "it carries {:?}, not one of the seed's events",
+                            cut(inner.kind.as_ref())
+                        ),
+                    });
+                }
+                StreamLine::Event(serde_json::from_str(l.event.get()).map_err(malformed)?)
+            }
             other => return Err(LineError::UnknownType(cut(other))),
         })
     }
@@ -366,6 +408,41 @@ fn short(e: &serde_json::Error) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn seed_snake_case_names_and_the_message_update_envelope() {
+        let camel = StreamLine::parse(
+            r#"{"type":"toolcall_start","contentIndex":1,"id":"a","toolName":"f"}"#,
+        )
+        .unwrap();
+        let snake = StreamLine::parse(
+            r#"{"type":"toolcall_start","content_index":1,"id":"a","tool_name":"f"}"#,
+        )
+        .unwrap();
+        assert_eq!(camel, snake);
+        let wrapped = StreamLine::parse(
+            r#"{"type":"message_update","message":{"role":"assistant"},"assistantMessageEvent":{"type":"toolcall_start","content_index":1,"id":"a","tool_name":"f"}}"#,
+        )
+        .unwrap();
+        assert_eq!(wrapped, camel);
+        let end = StreamLine::parse(
+            r#"{"type":"toolcall_end","content_index":0,"tool_call":{"type":"toolCall","id":"a","name":"f","arguments":{}}}"#,
+        )
+        .unwrap();
+        assert!(matches!(
+            end,
+            StreamLine::Event(AssistantMessageEvent::ToolcallEnd { .. })
+        ));
+        // The envelope carries only the seed's events.
+        for bad in [
+            r#"{"type":"message_update","assistantMessageEvent":{"type":"done","stopReason":"stop"}}"#,
+            r#"{"type":"message_update","assistantMessageEvent":{"type":"message_update"}}"#,
+            r#"{"type":"message_update"}"#,
+            r#"{"type":"message_update","assistantMessageEvent":7}"#,
+        ] {
+            assert!(StreamLine::parse(bad).is_err(), "{bad}");
+        }
+    }
     use super::*;
     use serde_json::json;
 

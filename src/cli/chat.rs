@@ -346,8 +346,15 @@ fn reply(data: &Path, args: ReplyArgs) -> Result<()> {
             pending.key
         );
     }
-    if let Some(e) = &finished.error {
-        eprintln!("the stream failed: {e}");
+    if finished.status == crate::lexicon::chat::gel::assistant::message::MessageStatus::Failed {
+        let why = match &finished.error {
+            Some(e) => format!("[assistant_provider] the stream failed: {e}"),
+            None => "[assistant_provider] the model's run ended with an error".into(),
+        };
+        return Err(Failure::input(format!(
+            "reply {} failed: {why}",
+            pending.key
+        )));
     }
     Ok(())
 }
@@ -371,6 +378,7 @@ fn show(data: &Path, args: ShowArgs) -> Result<()> {
                     let state = serde_json::to_value(&it.state).unwrap_or(Value::Null);
                     if let (Value::Object(m), Value::Object(s)) = (&mut m, state) {
                         m.extend(s);
+                        m.extend(it.meta.clone());
                         if let Some(p) = &it.parent {
                             m.insert("parent".into(), p.clone().into());
                         }
@@ -418,12 +426,48 @@ fn show(data: &Path, args: ShowArgs) -> Result<()> {
 
 struct Item {
     key: String,
+    /// The clear metadata beside the status: a reply's `model`, `usage`
+    /// and `stopReason`, a user message's `request`.
+    meta: serde_json::Map<String, Value>,
     role: &'static str,
     status: String,
     parent: Option<String>,
     depth: usize,
     state: ContentState,
     content: Option<PlainContent>,
+}
+
+/// A message's clear metadata as `chat show --format json` prints it.
+fn clear_meta(
+    m: &crate::lexicon::chat::gel::assistant::message::Message,
+) -> serde_json::Map<String, Value> {
+    let mut out = serde_json::Map::new();
+    let mut put = |k: &str, v: Option<Value>| {
+        if let Some(v) = v.filter(|v| !v.is_null()) {
+            out.insert(k.into(), v);
+        }
+    };
+    put(
+        "model",
+        m.model
+            .as_ref()
+            .map(|r| json!(format!("{}/{}", r.provider, r.id))),
+    );
+    put(
+        "usage",
+        m.usage.as_ref().and_then(|u| serde_json::to_value(u).ok()),
+    );
+    put(
+        "stopReason",
+        m.stop_reason.as_ref().map(|r| json!(r.as_str())),
+    );
+    put(
+        "request",
+        m.request
+            .as_ref()
+            .and_then(|r| serde_json::to_value(r).ok()),
+    );
+    out
 }
 
 /// The thread depth-first: each user message, then its replies (by
@@ -450,6 +494,7 @@ fn walk(t: &ChatThread) -> Vec<Item> {
                 let node = &th.users[u];
                 let key = node.record.key.clone();
                 out.push(Item {
+                    meta: clear_meta(&node.record.message),
                     state: state(&key),
                     role: "user",
                     status: node.record.message.status.as_str().to_string(),
@@ -469,6 +514,7 @@ fn walk(t: &ChatThread) -> Vec<Item> {
                 let node = &th.replies[r];
                 let key = node.record.key.clone();
                 out.push(Item {
+                    meta: clear_meta(&node.record.message),
                     state: state(&key),
                     role: "assistant",
                     status: node.record.message.status.as_str().to_string(),
@@ -484,6 +530,7 @@ fn walk(t: &ChatThread) -> Vec<Item> {
     for &r in &th.orphan_replies {
         let node = &th.replies[r];
         out.push(Item {
+            meta: clear_meta(&node.record.message),
             state: state(&node.record.key),
             key: node.record.key.clone(),
             role: "assistant",
