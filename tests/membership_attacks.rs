@@ -286,7 +286,87 @@ fn a_device_never_seals_below_the_epoch_it_held(peer: Peer) {
     assert_eq!(listing["heldEpoch"], 1);
 }
 
+/// Attack 2: two removals at once (the laptop removes C while the phone
+/// removes D, before either synced). Each device then holds two epoch-1
+/// keys with different rosters: a fork. Nothing new is sealed until `device
+/// resolve` starts epoch 2 for the devices both removals kept, and neither
+/// removed device reads what comes after.
+fn two_removals_at_once_both_hold(peer: Peer) {
+    let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (a, b, c, d) = (
+        dirs[0].path(),
+        dirs[1].path(),
+        dirs[2].path(),
+        dirs[3].path(),
+    );
+    ok(a, &["device", "init", "--name", "laptop"]);
+    let chat = ok(a, &["chat", "new"]).trim().to_owned();
+    ok(a, &["chat", "send", "--chat", &chat, "before"]);
+    sync(a, &peer);
+    pair(a, b, "phone", &peer);
+    let c_id = pair(a, c, "tablet", &peer);
+    let d_id = pair(a, d, "watch", &peer);
+    sync(b, &peer);
+    ok(a, &["device", "remove", &c_id]);
+    ok(b, &["device", "remove", &d_id]);
+    sync(a, &peer);
+    sync(b, &peer);
+    sync(a, &peer);
+    for device in [a, b] {
+        let ls = json_of(&ok(device, &["device", "ls", "--format", "json"]));
+        assert_eq!(ls["fork"]["epoch"], 1, "{ls}");
+        let mut left: Vec<String> = ls["fork"]["leftOut"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect();
+        left.sort();
+        let mut want = vec![c_id.clone(), d_id.clone()];
+        want.sort();
+        assert_eq!(left, want);
+        let out = gel(
+            device,
+            &["chat", "send", "--chat", &chat, "not while forked"],
+        );
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("device resolve"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let resolved = json_of(&ok(a, &["device", "resolve", "--format", "json"]));
+    assert_eq!(resolved["epoch"], 2);
+    sync(a, &peer);
+    sync(b, &peer);
+    assert_eq!(epoch(b), 2);
+    ok(
+        b,
+        &[
+            "chat",
+            "send",
+            "--chat",
+            &chat,
+            "SECRET-AFTER-BOTH-REMOVALS",
+        ],
+    );
+    sync(b, &peer);
+    sync(a, &peer);
+    assert!(shown(a, &chat).contains("SECRET-AFTER-BOTH-REMOVALS"));
+    for removed in [c, d] {
+        sync(removed, &peer);
+        let seen = shown(removed, &chat);
+        assert!(seen.contains("before"), "{seen}");
+        assert!(
+            !seen.contains("SECRET-AFTER-BOTH-REMOVALS"),
+            "a removed device read a later message"
+        );
+    }
+}
+
 on_both_peers!(
     deleting_the_new_epochs_wraps_does_not_undo_a_removal,
     a_device_never_seals_below_the_epoch_it_held,
+    two_removals_at_once_both_hold,
 );

@@ -45,6 +45,10 @@ pub enum DeviceCommand {
     /// Remove a device: start a new account-key epoch without it. Records
     /// sealed from then on use keys it never gets.
     Remove(RemoveArgs),
+    /// Resolve a forked account epoch (two removals made at once, or a
+    /// rotation a removed device forged): start the next epoch for the
+    /// devices every rotation kept.
+    Resolve(FormatArg),
 }
 
 #[derive(Args, Debug)]
@@ -152,6 +156,7 @@ pub fn run(data: &Path, cmd: DeviceCommand) -> Outcome {
         DeviceCommand::Join(a) => join(data, a),
         DeviceCommand::Ls(a) => ls(data, a.format),
         DeviceCommand::Remove(a) => remove(data, a),
+        DeviceCommand::Resolve(a) => resolve(data, a.format),
     };
     finish(result)
 }
@@ -336,6 +341,16 @@ fn ls(data: &Path, format: Format) -> Result<()> {
             for s in dev.skipped_records() {
                 eprintln!("warning: skipped a record that does not decode: {s}");
             }
+            if let Some(f) = dev.keyring().fork() {
+                eprintln!(
+                    "warning: {}",
+                    crate::seal::SealError::MembershipFork {
+                        epoch: f.epoch,
+                        next: f.epoch + 1,
+                        left_out: f.left_out
+                    }
+                );
+            }
             if let Some(held) = dev.rolled_back() {
                 eprintln!(
                     "warning: {}",
@@ -352,10 +367,25 @@ fn ls(data: &Path, format: Format) -> Result<()> {
                 "newestEpoch": dev.newest_epoch(),
                 "heldEpoch": dev.rolled_back().unwrap_or(epoch),
                 "rolledBack": dev.rolled_back().is_some(),
+                "fork": dev.keyring().fork().map(|f| json!({"epoch": f.epoch, "keyIds": f.key_ids, "leftOut": f.left_out})),
                 "devices": devices,
                 "skippedRecords": dev.skipped_records(),
             }))
         }
+    }
+    Ok(())
+}
+
+fn resolve(data: &Path, format: Format) -> Result<()> {
+    let epoch = device::resolve(data, &mut os_rng())?;
+    match format {
+        Format::Human => {
+            say(format_args!("epoch {epoch}"));
+            eprintln!(
+                "resolved: account epoch {epoch} starts now, for the devices every rotation of the forked epoch kept"
+            );
+        }
+        Format::Json => say(json!({ "epoch": epoch })),
     }
     Ok(())
 }

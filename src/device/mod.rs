@@ -594,6 +594,14 @@ impl Device {
                 now: self.keyring.account_epoch(),
             });
         }
+        if let Some(f) = self.keyring.fork() {
+            return Err(SealError::MembershipFork {
+                epoch: f.epoch,
+                next: f.epoch + 1,
+                left_out: f.left_out,
+            }
+            .into());
+        }
         Ok(())
     }
 
@@ -1066,6 +1074,24 @@ fn finish_join(
     })
 }
 
+/// Resolves a forked account epoch on the admitted device of `dir` (see
+/// `seal::Fork`): starts the next epoch for the devices every rotation kept.
+/// Returns the new epoch.
+pub fn resolve(dir: impl AsRef<Path>, rng: &mut impl CryptoRng) -> Result<u64, DeviceError> {
+    let mut device = Device::open(dir)?;
+    if !device.repo.is_writable() {
+        return Err(DeviceError::ReadOnlyCopy {
+            did: device.repo.did().to_string(),
+        });
+    }
+    let mut keyring = device.keyring.clone();
+    let wraps = keyring.resolve_fork(rng)?;
+    let epoch = keyring.account_epoch();
+    let writes = wrap_writes(&wraps, &mut TidClock::new())?;
+    device.commit(keyring, &writes, wraps)?;
+    Ok(epoch)
+}
+
 /// Removes device `id` on the admitted device of `dir`: starts the next
 /// account epoch, wrapped to every other admitted device; later seals use
 /// keys the removed device never gets. Returns the new epoch.
@@ -1075,7 +1101,20 @@ pub fn remove(
     rng: &mut impl CryptoRng,
 ) -> Result<u64, DeviceError> {
     let mut device = Device::open(dir)?;
-    device.writable()?;
+    // A removal during a fork resolves it too (it rotates to the devices
+    // every rotation kept, less `id`), so only the copy and the held epoch
+    // are checked here.
+    if !device.repo.is_writable() {
+        return Err(DeviceError::ReadOnlyCopy {
+            did: device.repo.did().to_string(),
+        });
+    }
+    if let Some(held) = device.rolled_back() {
+        return Err(DeviceError::MembershipRolledBack {
+            held,
+            now: device.keyring.account_epoch(),
+        });
+    }
     let mut keyring = device.keyring.clone();
     let wraps = keyring.remove_device(id, rng)?;
     let epoch = keyring.account_epoch();

@@ -124,6 +124,22 @@ pub enum SealError {
         reason: String,
     },
 
+    /// Two membership changes started the same account epoch with
+    /// different rosters (removals on two devices at once, or a rotation
+    /// forged by a removed device): nothing new is sealed until a rotation
+    /// to the devices every change kept resolves it.
+    #[error(
+        "two membership changes started account epoch {epoch} with different devices (a removal made on two devices at once, or a rotation forged by a removed device); nothing new is sealed until `gelstore device resolve` starts epoch {next} for the devices every change kept{}",
+        if left_out.is_empty() { String::new() } else { format!(" (it leaves out {})", left_out.join(", ")) }
+    )]
+    MembershipFork {
+        /// The forked epoch.
+        epoch: u64,
+        /// The epoch a resolution starts.
+        next: u64,
+        /// Devices some change kept and another did not.
+        left_out: Vec<String>,
+    },
     /// A keyring operation that cannot be done in its state.
     #[error("keyring: {reason}")]
     Keyring {

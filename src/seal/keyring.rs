@@ -25,11 +25,17 @@
 //! out new chat keys made in epoch `N+1`. The removed device keeps what it
 //! could already read, and nothing sealed after.
 //!
-//! **Known limit.** A removed device still holds the epoch-`N` key, so it can
-//! forge a rotation wrap of its own; a device that accepted such a wrap would
-//! seal to a key the removed device knows. Detecting that needs the user to
-//! confirm rotations across devices (or a signed device log); it is left to
-//! the device CLI. A PDS alone can forge nothing here.
+//! **Forks.** Two keys of one epoch are two rotations from the same epoch:
+//! removals made on two devices before either synced, or a rotation forged
+//! by a removed device (it still holds the epoch-`N` key, so its wraps open
+//! like a real rotation's). Each key has the roster its rotation admitted.
+//! Equal rosters are harmless (the greater keyId is current); different
+//! ones are a [`Fork`]: the keyring seals nothing new
+//! ([`SealError::MembershipFork`]) until [`Keyring::resolve_fork`] starts the
+//! next epoch for the devices in *every* roster, so every removal holds and
+//! a forger, kept by its own rotation only, is left out. A forger can still
+//! make forks (a denial of service, not a disclosure): telling who rotated
+//! needs signed membership changes, not built yet.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -243,8 +249,10 @@ pub struct Keyring {
     device: DeviceKey,
     accounts: BTreeMap<(u64, String), AccountKey>,
     chat_keys: BTreeMap<String, ChatEntry>,
-    /// Admitted devices by account epoch: device rkey → public key.
-    roster: BTreeMap<u64, BTreeMap<String, [u8; KEY_LEN]>>,
+    /// Admitted devices by account key (epoch, keyId): device rkey →
+    /// public key. Keyed by key, not epoch: two rotations of one epoch
+    /// admit their own rosters.
+    roster: BTreeMap<(u64, String), BTreeMap<String, [u8; KEY_LEN]>>,
     /// The keyId of the account key this device was given by pairing (or,
     /// for the first device, made).
     admitted_with: String,
@@ -274,7 +282,10 @@ impl Keyring {
         let mut ring = Keyring::holding(did, device_id, device, account.clone());
         let me = (ring.device_id.clone(), ring.device.public_key());
         let wrap = ring.admission(&account, &me.0, &me.1, rng)?;
-        ring.roster.entry(0).or_default().insert(me.0, me.1);
+        ring.roster
+            .entry((0, account.key_id.clone()))
+            .or_default()
+            .insert(me.0, me.1);
         Ok((ring, vec![wrap]))
     }
 
@@ -467,7 +478,7 @@ impl Keyring {
                     KeyKind::Chat { .. } => self.chat_keys.contains_key(&wrap.key_id),
                     KeyKind::Admission { device } => self
                         .roster
-                        .get(epoch)
+                        .get(&(*epoch, key_id.clone()))
                         .is_some_and(|r| r.contains_key(device)),
                 };
                 if already {
@@ -496,7 +507,7 @@ impl Keyring {
                     }
                     KeyKind::Admission { device } => {
                         self.roster
-                            .entry(*epoch)
+                            .entry((*epoch, key_id.clone()))
                             .or_default()
                             .insert(device, *secret);
                         report.devices += 1;
@@ -525,12 +536,30 @@ impl Keyring {
             .map(|(_, k)| k)
     }
 
-    /// The account key new seals use: the highest epoch (and, if two devices
-    /// rotated at once, the greater keyId, so devices agree).
+    /// The account key new seals use: of the keys whose rotation admitted
+    /// this device (with its own public key), the highest epoch, and of
+    /// two rotations at once the greater keyId, so devices agree. A key
+    /// nobody was admitted with (a bare forged rotation wrap) never
+    /// becomes current.
     pub fn current_account(&self) -> &AccountKey {
+        let me = self.device.public_key();
         self.accounts
-            .values()
-            .next_back()
+            .iter()
+            .rev()
+            .find(|(id, _)| {
+                self.roster
+                    .get(id)
+                    .is_some_and(|r| r.get(&self.device_id) == Some(&me))
+            })
+            .map(|(_, k)| k)
+            // A device not yet in any roster (its admission still on its
+            // way) seals with the key it was admitted with.
+            .or_else(|| {
+                self.accounts
+                    .values()
+                    .find(|k| k.key_id == self.admitted_with)
+            })
+            .or_else(|| self.accounts.values().next_back())
             .expect("a keyring always holds an account key")
     }
 
@@ -559,15 +588,79 @@ impl Keyring {
         self.device.public_key()
     }
 
-    /// The devices admitted in the current epoch, by record key.
+    /// The devices admitted in the current epoch, by record key: during a
+    /// [`Fork`], only those every rotation of the epoch admitted.
     pub fn devices(&self) -> BTreeMap<String, [u8; KEY_LEN]> {
-        self.devices_at(self.account_epoch())
+        let epoch = self.account_epoch();
+        let mut rosters = self.rosters_at(epoch).map(|(_, r)| r);
+        let Some(first) = rosters.next() else {
+            return BTreeMap::new();
+        };
+        let mut kept = first.clone();
+        for r in rosters {
+            kept.retain(|d, k| r.get(d) == Some(k));
+        }
+        kept
     }
 
-    /// The devices admitted in account epoch `epoch` (empty for an epoch
-    /// whose key this keyring does not hold), by record key.
+    /// The devices admitted in account epoch `epoch` by any of its keys
+    /// (empty for an epoch whose key this keyring does not hold), by record
+    /// key.
     pub fn devices_at(&self, epoch: u64) -> BTreeMap<String, [u8; KEY_LEN]> {
-        self.roster.get(&epoch).cloned().unwrap_or_default()
+        let mut all = BTreeMap::new();
+        for (_, r) in self.rosters_at(epoch) {
+            all.extend(r.iter().map(|(d, k)| (d.clone(), *k)));
+        }
+        all
+    }
+
+    /// The rosters of the keys of `epoch` this keyring holds, by keyId.
+    fn rosters_at(
+        &self,
+        epoch: u64,
+    ) -> impl Iterator<Item = (&str, &BTreeMap<String, [u8; KEY_LEN]>)> {
+        self.accounts_at(epoch).filter_map(move |a| {
+            self.roster
+                .get(&(epoch, a.key_id.clone()))
+                .map(|r| (a.key_id.as_str(), r))
+        })
+    }
+
+    /// Two rotations of the current epoch that admitted different devices,
+    /// if there are (see the module docs).
+    pub fn fork(&self) -> Option<Fork> {
+        let epoch = self.account_epoch();
+        let me = self.device.public_key();
+        let rosters: Vec<(&str, &BTreeMap<String, [u8; KEY_LEN]>)> = self
+            .rosters_at(epoch)
+            .filter(|(_, r)| r.get(&self.device_id) == Some(&me))
+            .collect();
+        if rosters.windows(2).all(|w| w[0].1 == w[1].1) {
+            return None;
+        }
+        let kept = self.devices();
+        let left_out: BTreeSet<String> = self
+            .devices_at(epoch)
+            .into_keys()
+            .filter(|d| !kept.contains_key(d))
+            .collect();
+        Some(Fork {
+            epoch,
+            key_ids: rosters.iter().map(|(k, _)| (*k).to_owned()).collect(),
+            left_out: left_out.into_iter().collect(),
+        })
+    }
+
+    /// Refuses while the current epoch is forked.
+    fn not_forked(&self) -> Result<()> {
+        match self.fork() {
+            None => Ok(()),
+            Some(f) => Err(SealError::MembershipFork {
+                epoch: f.epoch,
+                next: f.epoch + 1,
+                left_out: f.left_out,
+            }),
+        }
     }
 
     /// The keyId of the account key this device was admitted with: made by
@@ -610,10 +703,11 @@ impl Keyring {
         device_id: &str,
         rng: &mut impl CryptoRng,
     ) -> Result<Vec<KeyWrap>> {
+        self.not_forked()?;
         let account = self.current_account().clone();
         if let Some(known) = self
             .roster
-            .get(&account.epoch)
+            .get(&(account.epoch, account.key_id.clone()))
             .and_then(|r| r.get(device_id))
             && *known != code.public_key
         {
@@ -637,7 +731,7 @@ impl Keyring {
         )?;
         let admission = self.admission(&account, device_id, &code.public_key, rng)?;
         self.roster
-            .entry(account.epoch)
+            .entry((account.epoch, account.key_id.clone()))
             .or_default()
             .insert(device_id.to_string(), code.public_key);
         Ok(vec![pairing, admission])
@@ -656,16 +750,50 @@ impl Keyring {
                 reason: "a device cannot remove itself; remove it from another device".into(),
             });
         }
-        let prev = self.current_account().clone();
         let mut remaining = self.devices();
         if remaining.remove(device_id).is_none() {
             return Err(SealError::Keyring {
                 reason: format!(
                     "device {device_id:?} is not admitted in epoch {}",
-                    prev.epoch
+                    self.account_epoch()
                 ),
             });
         }
+        self.rotate(remaining, rng)
+    }
+
+    /// Rotates the account key without removing anyone: the next epoch for
+    /// the devices admitted now. Returns the wraps to store.
+    pub fn rotate_account_key(&mut self, rng: &mut impl CryptoRng) -> Result<Vec<KeyWrap>> {
+        self.not_forked()?;
+        let remaining = self.devices();
+        self.rotate(remaining, rng)
+    }
+
+    /// Resolves a [`Fork`]: starts the next epoch for the devices every
+    /// rotation of the current one admitted. Returns the wraps to store.
+    pub fn resolve_fork(&mut self, rng: &mut impl CryptoRng) -> Result<Vec<KeyWrap>> {
+        if self.fork().is_none() {
+            return Err(SealError::Keyring {
+                reason: format!("account epoch {} is not forked", self.account_epoch()),
+            });
+        }
+        let remaining = self.devices();
+        if !remaining.contains_key(&self.device_id) {
+            return Err(SealError::Keyring {
+                reason: "this device is not kept by every rotation of the epoch; resolve it on one that is".into(),
+            });
+        }
+        self.rotate(remaining, rng)
+    }
+
+    /// Starts the next epoch for `remaining` (this device among them).
+    fn rotate(
+        &mut self,
+        remaining: BTreeMap<String, [u8; KEY_LEN]>,
+        rng: &mut impl CryptoRng,
+    ) -> Result<Vec<KeyWrap>> {
+        let prev = self.current_account().clone();
         let epoch = prev.epoch + 1;
         let next = new_account_key(epoch, rng);
         let rotation_psk = Psk::account(prev.pair.secret_bytes(), &prev.key_id);
@@ -706,8 +834,8 @@ impl Keyring {
         for (device, public) in &remaining {
             wraps.push(self.admission(&next, device, public, rng)?);
         }
+        self.roster.insert((epoch, next.key_id.clone()), remaining);
         self.accounts.insert((epoch, next.key_id.clone()), next);
-        self.roster.insert(epoch, remaining);
         Ok(wraps)
     }
 
@@ -719,6 +847,7 @@ impl Keyring {
         chat: &str,
         rng: &mut impl CryptoRng,
     ) -> Result<(ChatKey, Option<KeyWrap>)> {
+        self.not_forked()?;
         let account = self.current_account().clone();
         if let Some(entry) = self
             .chat_keys
@@ -771,6 +900,17 @@ impl KeyLookup for Keyring {
     }
 }
 
+/// Two rotations of one epoch with different rosters (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fork {
+    /// The forked epoch.
+    pub epoch: u64,
+    /// The keys of that epoch, one per rotation.
+    pub key_ids: Vec<String>,
+    /// Devices some rotation kept and another did not.
+    pub left_out: Vec<String>,
+}
+
 enum Step {
     Done,
     Rejected(SealError),
@@ -812,6 +952,175 @@ mod tests {
         );
         assert_eq!(parse_key_id("ak-0"), None);
         assert_eq!(parse_key_id("chat::1:ab"), None);
+    }
+
+    const DID: &str = "did:plc:ewvi7nxzyoun6zhxrhs64oiz";
+
+    /// Devices `a` (first) and the others paired by `a`, each keyring
+    /// having absorbed every wrap made so far.
+    fn account(others: &[&str]) -> (BTreeMap<String, Keyring>, Vec<KeyWrap>) {
+        let mut rng = super::super::os_rng();
+        let (mut a, mut wraps) =
+            Keyring::create(DID, "a", DeviceKey::generate(&mut rng), &mut rng).unwrap();
+        let mut pending = Vec::new();
+        for id in others {
+            let key = DeviceKey::generate(&mut rng);
+            let request = pair_request(&key, &mut rng);
+            wraps.extend(a.approve(request.code(), id, &mut rng).unwrap());
+            pending.push((id.to_string(), key, request));
+        }
+        let mut rings = BTreeMap::new();
+        for (id, key, request) in pending {
+            let (ring, _) = Keyring::join(DID, &id, key, &request, &wraps).unwrap();
+            rings.insert(id, ring);
+        }
+        rings.insert("a".into(), a);
+        (rings, wraps)
+    }
+
+    fn absorb_all(rings: &mut BTreeMap<String, Keyring>, wraps: &[KeyWrap]) {
+        for r in rings.values_mut() {
+            r.absorb(wraps);
+        }
+    }
+
+    #[test]
+    fn two_removals_at_once_are_a_fork_resolved_for_the_devices_both_kept() {
+        let mut rng = super::super::os_rng();
+        let (mut rings, mut wraps) = account(&["b", "c", "d"]);
+        // a removes c while b removes d, before either sees the other's.
+        let ra = rings
+            .get_mut("a")
+            .unwrap()
+            .remove_device("c", &mut rng)
+            .unwrap();
+        let rb = rings
+            .get_mut("b")
+            .unwrap()
+            .remove_device("d", &mut rng)
+            .unwrap();
+        wraps.extend(ra);
+        wraps.extend(rb);
+        absorb_all(&mut rings, &wraps);
+        for id in ["a", "b"] {
+            let f = rings[id].fork().expect("a fork");
+            assert_eq!(
+                (f.epoch, f.left_out.clone()),
+                (1, vec!["c".to_string(), "d".to_string()]),
+                "{id}"
+            );
+            let e = rings
+                .get_mut(id)
+                .unwrap()
+                .chat_key_for_seal("3lbqzcx2ss222", &mut rng)
+                .unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    SealError::MembershipFork {
+                        epoch: 1,
+                        next: 2,
+                        ..
+                    }
+                ),
+                "{e}"
+            );
+        }
+        // d, removed by b, holds a's epoch-1 key: it must not get the next.
+        assert!(rings["d"].account_keys().any(|k| k.epoch == 1));
+        let resolved = rings.get_mut("a").unwrap().resolve_fork(&mut rng).unwrap();
+        wraps.extend(resolved);
+        absorb_all(&mut rings, &wraps);
+        for id in ["a", "b"] {
+            assert_eq!(rings[id].account_epoch(), 2, "{id}");
+            assert!(rings[id].fork().is_none(), "{id}");
+            assert_eq!(rings[id].devices().keys().collect::<Vec<_>>(), ["a", "b"]);
+        }
+        for id in ["c", "d"] {
+            assert!(
+                !rings[id].account_keys().any(|k| k.epoch == 2),
+                "{id} got the resolved epoch"
+            );
+        }
+        // The next chat key is made in epoch 2, which c and d never hold.
+        let (key, wrap) = rings
+            .get_mut("a")
+            .unwrap()
+            .chat_key_for_seal("3lbqzcx2ss222", &mut rng)
+            .unwrap();
+        let wrap = wrap.unwrap();
+        assert_eq!(wrap.epoch, 2);
+        for id in ["c", "d"] {
+            rings
+                .get_mut(id)
+                .unwrap()
+                .absorb(std::slice::from_ref(&wrap));
+            assert!(
+                rings[id].chat_key(key.key_id()).is_none(),
+                "{id} opened the new chat key"
+            );
+        }
+        assert!(
+            rings
+                .get_mut("b")
+                .unwrap()
+                .absorb(std::slice::from_ref(&wrap))
+                .chat_keys
+                == 1
+        );
+    }
+
+    #[test]
+    fn a_removed_device_forging_a_rotation_is_left_out_and_a_bare_wrap_never_becomes_current() {
+        let mut rng = super::super::os_rng();
+        let (mut rings, mut wraps) = account(&["b", "c"]);
+        let removal = rings
+            .get_mut("a")
+            .unwrap()
+            .remove_device("c", &mut rng)
+            .unwrap();
+        wraps.extend(removal);
+        absorb_all(&mut rings, &wraps);
+        let current = rings["a"].current_account().key_id.clone();
+        // c still holds epoch 0 and forges an epoch-1 rotation keeping
+        // everyone. First only the wraps to the others, no admissions.
+        let mut stale = account_stale(&rings["c"]);
+        let forged = stale.rotate_account_key(&mut rng).unwrap();
+        let bare: Vec<KeyWrap> = forged
+            .iter()
+            .filter(|w| matches!(w.recipient, Recipient::Device { .. }))
+            .cloned()
+            .collect();
+        absorb_all(&mut rings, &bare);
+        assert!(
+            rings["a"].account_keys().filter(|k| k.epoch == 1).count() == 2,
+            "the forged key opens"
+        );
+        assert_eq!(
+            rings["a"].current_account().key_id,
+            current,
+            "a bare forged key never becomes current"
+        );
+        assert!(rings["a"].fork().is_none());
+        // With its admissions: a fork whose resolution leaves c out.
+        absorb_all(&mut rings, &forged);
+        let f = rings["a"].fork().expect("a fork");
+        assert_eq!(f.left_out, ["c"]);
+        wraps.extend(forged);
+        let resolved = rings.get_mut("a").unwrap().resolve_fork(&mut rng).unwrap();
+        wraps.extend(resolved);
+        absorb_all(&mut rings, &wraps);
+        assert_eq!(rings["b"].account_epoch(), 2);
+        assert!(!rings["c"].account_keys().any(|k| k.epoch == 2));
+        assert_eq!(rings["a"].devices().keys().collect::<Vec<_>>(), ["a", "b"]);
+    }
+
+    /// `c`'s keyring as it was before it learnt of its removal.
+    fn account_stale(c: &Keyring) -> Keyring {
+        let mut stale = c.clone();
+        stale.accounts.retain(|(e, _), _| *e == 0);
+        stale.roster.retain(|(e, _), _| *e == 0);
+        stale
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub use self::blob::{BlobReader, BlobSeal, SealedBlob, open_blob, seal_blob};
 pub use self::envelope::{Envelope, SEAL_ALG_V1};
 pub use self::error::{Result, SealError};
 pub use self::frame::Padding;
-pub use self::keyring::{AbsorbReport, Keyring, PairingCode, PairingRequest, pair_request};
+pub use self::keyring::{AbsorbReport, Fork, Keyring, PairingCode, PairingRequest, pair_request};
 pub use self::keys::{AccountKey, BlobKey, ChatKey, DeviceKey, KeyLookup, os_rng};
 pub use self::record::{Opened, SealOptions, open_record, seal_record};
 pub use self::wrap::{KeyWrap, Recipient, WRAP_ALG_V1};
