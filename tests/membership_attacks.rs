@@ -4,7 +4,8 @@
 //! serve`): the attacker edits the PDS's copy of the repository through
 //! XRPC, the devices sync, and each attack must fail with what a user sees
 //! (the sync's exit status and message, `device ls`), with no plaintext
-//! sealed after a removal readable on the removed device.
+//! sealed after a removal readable on the removed device. Also: a sealed
+//! message stripped of its content or turned back into a pending reply.
 
 mod common_pds;
 mod common_peer;
@@ -365,7 +366,102 @@ fn two_removals_at_once_both_hold(peer: Peer) {
     }
 }
 
+/// Attack 4: the attacker strips the sealed content off a finished reply
+/// (turning it back into a content-less `pending` one). A device that
+/// syncs keeps its sealed version and says so; a content-less finished
+/// message is shown as tampered, not as empty.
+fn a_reply_stripped_of_its_content_is_refused_and_shown_tampered(peer: Peer) {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path();
+    ok(a, &["device", "init"]);
+    let chat = ok(a, &["chat", "new"]).trim().to_owned();
+    let msg = ok(a, &["chat", "send", "--chat", &chat, "question"])
+        .trim()
+        .to_owned();
+    let input = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/streams/plain_text_small_deltas/input.jsonl");
+    ok(
+        a,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &msg,
+            "--events",
+            input.to_str().unwrap(),
+        ],
+    );
+    sync(a, &peer);
+    let reply = format!("{msg}.r0");
+    let token = attacker(&peer);
+    let record = xrpc(
+        &peer,
+        "com.atproto.repo.getRecord",
+        None,
+        None,
+        &format!(
+            "?repo={}&collection=chat.gel.assistant.message&rkey={reply}",
+            peer.did_param()
+        ),
+    );
+    let mut value = record["value"].clone();
+    value.as_object_mut().unwrap().remove("content");
+    value["status"] = "pending".into();
+    for k in ["model", "usage", "stopReason"] {
+        value.as_object_mut().unwrap().remove(k);
+    }
+    xrpc(
+        &peer,
+        "com.atproto.repo.putRecord",
+        Some(&token),
+        Some(
+            &json!({"repo": peer.did, "collection": "chat.gel.assistant.message", "rkey": reply, "record": value}),
+        ),
+        "",
+    );
+    let (report, message) = sync_refused(a, &peer);
+    assert_eq!(
+        report["merged"]["refused"],
+        json!([format!("chat.gel.assistant.message/{reply}")]),
+        "{report}"
+    );
+    assert!(message.contains("forge a message"), "{message}");
+    let thread = json_of(&shown(a, &chat));
+    let kept = thread["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["key"] == reply.as_str())
+        .unwrap();
+    assert_eq!(kept["status"], "complete", "{kept}");
+    assert_eq!(kept["state"], "open");
+
+    // Stripped in place, without the status change: shown as tampered.
+    {
+        let mut repo = Repository::open(a).unwrap();
+        let mut v = repo
+            .get("chat.gel.assistant.message", &reply)
+            .unwrap()
+            .unwrap()
+            .value;
+        v.as_object_mut().unwrap().remove("content");
+        repo.apply(&[Write::update("chat.gel.assistant.message", &reply, v)])
+            .unwrap();
+    }
+    let thread = json_of(&shown(a, &chat));
+    let stripped = thread["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["key"] == reply.as_str())
+        .unwrap();
+    assert_eq!(stripped["state"], "missing", "{stripped}");
+    let human = ok(a, &["chat", "show", "--chat", &chat]);
+    assert!(human.contains("tampered"), "{human}");
+}
+
 on_both_peers!(
+    a_reply_stripped_of_its_content_is_refused_and_shown_tampered,
     deleting_the_new_epochs_wraps_does_not_undo_a_removal,
     a_device_never_seals_below_the_epoch_it_held,
     two_removals_at_once_both_hold,

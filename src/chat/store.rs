@@ -128,6 +128,10 @@ pub enum ContentState {
     Open,
     /// No content (a pending reply).
     Empty,
+    /// No content where there must be some: a user message, or a reply
+    /// that is not pending any more. Someone removed it (the clear fields
+    /// of such a record are not authenticated): shown as tampered.
+    Missing,
     /// Sealed with a key this device does not hold.
     UnknownKey,
     /// Sealed, and it did not open (forged, damaged, invalid plaintext).
@@ -742,7 +746,16 @@ impl ChatStore {
 
     fn open_content(&self, key: &str, message: &Message) -> (Option<PlainContent>, ContentState) {
         if message.content.is_none() {
-            return (None, ContentState::Empty);
+            let pending =
+                message.role != MessageRole::User && message.status == MessageStatus::Pending;
+            return (
+                None,
+                if pending {
+                    ContentState::Empty
+                } else {
+                    ContentState::Missing
+                },
+            );
         }
         match self.device.open_sealed_json(MESSAGE, key) {
             Ok(v) => match serde_json::from_value::<PlainContent>(v) {

@@ -410,6 +410,10 @@ fn show(data: &Path, args: ShowArgs) -> Result<()> {
                         }
                     }
                     (ContentState::Empty, None) => {}
+                    (ContentState::Missing, None) => say(format!(
+                        "{pad}  (tampered: a {} message without its sealed content)",
+                        it.status
+                    )),
                     (ContentState::UnknownKey, None) => say(format!(
                         "{pad}  (sealed with a key this device does not hold)"
                     )),

@@ -147,9 +147,10 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
     }
     if !report.merged.refused.is_empty() {
         eprintln!(
-            "refused: the PDS deleted or changed {} key record(s) this device holds ({}); device and keyWrap records only grow, so they were kept here and pushed back. Someone with the account's password or the PDS may be trying to undo a device removal.",
+            "refused {} remote change(s) that would lower security ({}): device and keyWrap records only grow, and a message with sealed content is never replaced by one without; this device's versions were kept (and pushed back), a refused message saved in {}. Someone with the account's password or the PDS may be trying to undo a device removal or forge a message.",
             report.merged.refused.len(),
-            report.merged.refused.join(", ")
+            report.merged.refused.join(", "),
+            sync::merge::CONFLICTS_FILE
         );
         return Outcome::Findings;
     }

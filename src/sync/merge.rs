@@ -16,7 +16,10 @@
 //! store holds is what a hostile PDS (or anyone with the password) would do
 //! to undo a device removal. It is refused: the local record stays (the push
 //! then puts it back on the PDS), and the key is listed in
-//! [`MergeReport::refused`].
+//! [`MergeReport::refused`]. Likewise a message with sealed content is never
+//! replaced by a version without any (whose clear fields nothing
+//! authenticates): the local one stays, the remote one is saved beside the
+//! conflicts, and the key is listed as refused.
 //!
 //! Keys the remote did not change keep their local version, which the push
 //! then sends with the mirrored CID as its swap — a local change wins only
@@ -63,6 +66,10 @@ pub struct MergeReport {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<String>,
 }
+
+/// Message records: one with sealed content is never replaced by one
+/// without.
+const MESSAGE: &str = crate::lexicon::chat::gel::assistant::message::NSID;
 
 /// The collections whose records are never updated or deleted.
 const APPEND_ONLY: [&str; 2] = [
@@ -200,14 +207,39 @@ pub fn merge(
                 "value": value.unwrap_or(Value::Null),
             }));
         }
+        let write = remote_write(key, now, local, &sources)?;
+        if let Write::Update { value, .. } = &write
+            && collection == MESSAGE
+            && value.get("content").is_none()
+            && repo
+                .get(collection, rkey)?
+                .is_some_and(|r| r.value.get("content").is_some())
+        {
+            // A sealed message replaced by one without content (a finished
+            // reply turned back into a pending one, or its content cut
+            // off): the clear fields of the new one are not
+            // authenticated. Both are kept: the local one here, the remote
+            // one beside the conflicts.
+            conflicts.push(json!({
+                "key": key,
+                "localCid": local.map(|c| c.to_string()),
+                "remoteCid": now.map(|c| c.to_string()),
+                "refusedRemote": value,
+            }));
+            report.refused.push(key.clone());
+            continue;
+        }
         match (local, now) {
             (None, Some(_)) => report.created += 1,
             (Some(_), Some(_)) => report.updated += 1,
             (_, None) => report.deleted += 1,
         }
-        writes.push(remote_write(key, now, local, &sources)?);
+        writes.push(write);
     }
-    report.conflicts = conflicts.len();
+    report.conflicts = conflicts
+        .iter()
+        .filter(|c| c.get("refusedRemote").is_none())
+        .count();
     if !conflicts.is_empty() {
         keep_conflicts(data, &conflicts)?;
     }

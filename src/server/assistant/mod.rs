@@ -314,6 +314,7 @@ fn pending_replies(
     let repo = core.repo();
     let last = repo.last_event_seq()?.unwrap_or(0);
     let mut keys = Vec::new();
+    let mut refused = Vec::new();
     let mut full_scan = cursor.is_none();
     let mut keys_changed = false;
     if let Some(c) = cursor {
@@ -340,13 +341,21 @@ fn pending_replies(
             };
             for op in &commit.ops {
                 keys_changed |= op.path.starts_with(KEY_WRAP) || op.path.starts_with(DEVICE);
-                if op.action != OpAction::Delete
-                    && let Some(rkey) = op
-                        .path
-                        .strip_prefix(MESSAGE)
-                        .and_then(|r| r.strip_prefix('/'))
-                {
-                    keys.push(rkey.to_owned());
+                let Some(rkey) = op
+                    .path
+                    .strip_prefix(MESSAGE)
+                    .and_then(|r| r.strip_prefix('/'))
+                else {
+                    continue;
+                };
+                match op.action {
+                    // A request is a reply created pending (create-if-absent).
+                    OpAction::Create => keys.push(rkey.to_owned()),
+                    // A record updated to pending is a finished reply turned
+                    // back (nothing makes one legitimately): running it would
+                    // overwrite what was generated.
+                    OpAction::Update => refused.push(rkey.to_owned()),
+                    OpAction::Delete => {}
                 }
             }
         }
@@ -356,6 +365,15 @@ fn pending_replies(
         for item in repo.list(Some(MESSAGE))? {
             let (path, _) = item?;
             keys.push(path[MESSAGE.len() + 1..].to_owned());
+        }
+    }
+    for rkey in &refused {
+        if let Some(entry) = repo.get(MESSAGE, rkey)?
+            && entry.value.get("status").and_then(|v| v.as_str()) == Some("pending")
+        {
+            tracing::warn!(
+                "assistant: reply {rkey} was updated back to pending (not created pending): not run"
+            );
         }
     }
     let retried = (keys_changed || full_scan) && !deferred.is_empty();
