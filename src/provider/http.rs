@@ -14,6 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 
+use super::parts::says_context_too_large;
 use super::{
     Decoder, Finish, Frame, Output, ProviderConfig, ProviderError, TurnRequest, WireFormat,
 };
@@ -217,21 +218,6 @@ fn error_message(text: &str) -> String {
     });
     let s = found.unwrap_or_else(|| text.trim().to_owned());
     s.chars().take(1000).collect()
-}
-
-/// Words in an error that mean the prompt did not fit.
-fn says_context_too_large(message: &str) -> bool {
-    let m = message.to_ascii_lowercase();
-    [
-        "context length",
-        "context_length",
-        "context window",
-        "prompt is too long",
-        "too many tokens",
-        "maximum context",
-    ]
-    .iter()
-    .any(|w| m.contains(w))
 }
 
 /// The failure for an HTTP error status before the stream.

@@ -26,6 +26,7 @@ pub mod http;
 pub mod ollama;
 pub mod openai_chat;
 pub mod openai_responses;
+mod parts;
 
 pub use config::{ModelSpec, ProviderConfig, SpecError};
 pub use conversation::{AssistantPart, Conversation, ToolResultItem, ToolSpec, Turn};

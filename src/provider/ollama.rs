@@ -8,7 +8,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::openai_chat::shared::{
+use super::parts::{
     Parts, bad_arguments, model_line, obj, parse_frame, says_context_too_large, short, str_of,
     u64_of, usage,
 };
@@ -32,10 +32,7 @@ pub struct ChatDecoder {
 
 impl ChatDecoder {
     fn close_open(&mut self, out: &mut Vec<Output>) -> Result<(), ProviderError> {
-        match self.open.take() {
-            Some(i) => self.parts.close(i, false, out),
-            None => Ok(()),
-        }
+        self.parts.close_slot(&mut self.open, out)
     }
 
     fn text(
@@ -44,25 +41,7 @@ impl ChatDecoder {
         delta: &str,
         out: &mut Vec<Output>,
     ) -> Result<(), ProviderError> {
-        let same = self.open.is_some_and(|i| {
-            if thinking {
-                self.parts.is_thinking(i)
-            } else {
-                self.parts.is_text(i)
-            }
-        });
-        if !same {
-            self.close_open(out)?;
-            self.open = Some(if thinking {
-                self.parts.start_thinking(out)
-            } else {
-                self.parts.start_text(out)
-            });
-        }
-        if let Some(i) = self.open {
-            self.parts.push(i, delta, out);
-        }
-        Ok(())
+        self.parts.stream_text(&mut self.open, thinking, delta, out)
     }
 
     fn call(&mut self, call: &Value, out: &mut Vec<Output>) -> Result<(), ProviderError> {
@@ -276,25 +255,11 @@ mod tests {
     use super::*;
     use crate::chat::StreamLine;
     use crate::chat::input::AssistantMessageEvent as E;
-    use crate::provider::openai_chat::shared::garbage;
+    use crate::provider::parts::garbage;
     use crate::provider::{Conversation, ToolResultItem, ToolSpec};
 
     fn decode(lines: &[&str]) -> (Vec<Output>, Result<Finish, ProviderError>) {
-        let mut d = ChatDecoder::default();
-        let mut out = Vec::new();
-        for l in lines {
-            if let Err(e) = d.feed(
-                Frame {
-                    event: None,
-                    data: l,
-                },
-                &mut out,
-            ) {
-                return (out, Err(e));
-            }
-        }
-        let end = d.finish(&mut out);
-        (out, end)
+        crate::provider::parts::decode_frames(ChatDecoder::default(), lines)
     }
 
     #[test]

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use serde_json::{Map, Value, json};
 
-use super::openai_chat::shared::{
+use super::parts::{
     Parts, bad_arguments, model_line, obj, openai_effort, openai_error, parse_frame, provider_data,
     refused, str_of, u64_of, usage,
 };
@@ -635,25 +635,11 @@ mod tests {
     use super::*;
     use crate::chat::StreamLine;
     use crate::chat::input::AssistantMessageEvent as E;
-    use crate::provider::openai_chat::shared::garbage;
+    use crate::provider::parts::garbage;
     use crate::provider::{Conversation, ToolResultItem, ToolSpec};
 
     fn decode(frames: &[&str]) -> (Vec<Output>, Result<Finish, ProviderError>) {
-        let mut d = ResponsesDecoder::default();
-        let mut out = Vec::new();
-        for f in frames {
-            if let Err(e) = d.feed(
-                Frame {
-                    event: None,
-                    data: f,
-                },
-                &mut out,
-            ) {
-                return (out, Err(e));
-            }
-        }
-        let end = d.finish(&mut out);
-        (out, end)
+        crate::provider::parts::decode_frames(ResponsesDecoder::default(), frames)
     }
 
     #[test]
