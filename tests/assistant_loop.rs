@@ -102,6 +102,13 @@ impl Harness {
         }
     }
 
+    /// Sends `text` in the harness's chat and runs its reply with `model`.
+    fn ask(&mut self, text: &str, model: &str) -> Ran {
+        let chat = self.chat.clone();
+        let msg = self.store.send(&chat, text, None, Attempt::FIRST).unwrap();
+        self.reply(msg, &host(model))
+    }
+
     /// Runs the reply to user message `message` with `host`'s choices.
     fn reply(&mut self, message: gelstore::repo::tid::Tid, host: &HostChoices) -> Ran {
         let inputs = Inputs::read(&self.store, message).unwrap().expect("opens");
@@ -198,11 +205,7 @@ fn two_turns_with_a_real_mcp_tool_and_the_signature_sent_back() {
         Answer::sse("loop/anthropic_final_text.sse"),
     ]);
     let mut h = Harness::new(&mock, everything(), AgentOptions::default());
-    let msg = h
-        .store
-        .send(&h.chat.clone(), "say sealed hello", None, Attempt::FIRST)
-        .unwrap();
-    let ran = h.reply(msg, &host("anthropic/claude-sonnet-4-5"));
+    let ran = h.ask("say sealed hello", "anthropic/claude-sonnet-4-5");
 
     let reply = &ran.finished.reply;
     assert_eq!(reply.status, MessageStatus::Complete, "{:?}", ran.events);
@@ -313,11 +316,7 @@ fn a_gated_call_waits_then_runs_after_approval_and_the_loop_continues() {
     settings.sealed.as_mut().unwrap().approval_tools = Some(vec!["mcp_everything_echo".into()]);
     h.store.put_settings(&settings, None).unwrap();
 
-    let msg = h
-        .store
-        .send(&h.chat.clone(), "say sealed hello", None, Attempt::FIRST)
-        .unwrap();
-    let ran = h.reply(msg, &host("anthropic/claude-sonnet-4-5"));
+    let ran = h.ask("say sealed hello", "anthropic/claude-sonnet-4-5");
     assert_eq!(
         ran.finished.reply.status,
         MessageStatus::Waiting,
@@ -395,11 +394,7 @@ fn parallel_calls_run_concurrently_and_keep_float_arguments() {
         Answer::sse("loop/openai_chat_final_text.sse"),
     ]);
     let mut h = Harness::new(&mock, everything(), AgentOptions::default());
-    let msg = h
-        .store
-        .send(&h.chat.clone(), "add and echo", None, Attempt::FIRST)
-        .unwrap();
-    let ran = h.reply(msg, &host("openai-chat/llama3.2"));
+    let ran = h.ask("add and echo", "openai-chat/llama3.2");
     assert_eq!(
         ran.finished.reply.status,
         MessageStatus::Complete,
@@ -447,11 +442,7 @@ fn bad_arguments_and_unknown_tools_are_refused_results_not_a_crashed_run() {
         Answer::sse("loop/openai_chat_final_text.sse"),
     ]);
     let mut h = Harness::new(&mock, everything(), AgentOptions::default());
-    let msg = h
-        .store
-        .send(&h.chat.clone(), "try", None, Attempt::FIRST)
-        .unwrap();
-    let ran = h.reply(msg, &host("openai-chat/llama3.2"));
+    let ran = h.ask("try", "openai-chat/llama3.2");
     assert_eq!(
         ran.finished.reply.status,
         MessageStatus::Complete,
@@ -551,11 +542,7 @@ fn rate_limits_and_overload_are_retried_within_bounds() {
         Answer::sse("loop/anthropic_final_text.sse"),
     ]);
     let mut h = Harness::new(&mock, McpServers::default(), AgentOptions::default());
-    let msg = h
-        .store
-        .send(&h.chat.clone(), "hi", None, Attempt::FIRST)
-        .unwrap();
-    let ran = h.reply(msg, &host("anthropic/claude-sonnet-4-5"));
+    let ran = h.ask("hi", "anthropic/claude-sonnet-4-5");
     assert_eq!(
         ran.finished.reply.status,
         MessageStatus::Complete,
@@ -572,11 +559,7 @@ fn rate_limits_and_overload_are_retried_within_bounds() {
         Answer::sse("loop/anthropic_final_text.sse"),
     ]);
     let mut h = Harness::new(&mock, McpServers::default(), AgentOptions::default());
-    let msg = h
-        .store
-        .send(&h.chat.clone(), "hi", None, Attempt::FIRST)
-        .unwrap();
-    let ran = h.reply(msg, &host("anthropic/claude-sonnet-4-5"));
+    let ran = h.ask("hi", "anthropic/claude-sonnet-4-5");
     assert_eq!(ran.finished.reply.status, MessageStatus::Failed);
     assert_eq!(error_code(&ran.events), Some(ErrorCode::AssistantProvider));
     assert_eq!(mock.received().len(), 3);
@@ -595,11 +578,7 @@ fn a_provider_that_goes_silent_is_cut_and_what_came_is_kept() {
         ..AgentOptions::default()
     };
     let mut h = Harness::new(&mock, McpServers::default(), options);
-    let msg = h
-        .store
-        .send(&h.chat.clone(), "hi", None, Attempt::FIRST)
-        .unwrap();
-    let ran = h.reply(msg, &host("anthropic/claude-sonnet-4-5"));
+    let ran = h.ask("hi", "anthropic/claude-sonnet-4-5");
     assert_eq!(
         ran.finished.reply.status,
         MessageStatus::Interrupted,
@@ -624,11 +603,7 @@ fn the_step_budget_ends_a_reply_that_keeps_calling_tools() {
         ..AgentOptions::default()
     };
     let mut h = Harness::new(&mock, everything(), options);
-    let msg = h
-        .store
-        .send(&h.chat.clone(), "loop", None, Attempt::FIRST)
-        .unwrap();
-    let ran = h.reply(msg, &host("openai-chat/llama3.2"));
+    let ran = h.ask("loop", "openai-chat/llama3.2");
     assert_eq!(ran.finished.reply.status, MessageStatus::Complete);
     assert!(
         matches!(
@@ -672,11 +647,7 @@ fn the_filesystem_server_reads_a_file_for_the_model() {
     )
     .unwrap();
     let mut h = Harness::new(&mock, servers, AgentOptions::default());
-    let msg = h
-        .store
-        .send(&h.chat.clone(), "read my notes", None, Attempt::FIRST)
-        .unwrap();
-    let ran = h.reply(msg, &host("openai-chat/llama3.2"));
+    let ran = h.ask("read my notes", "openai-chat/llama3.2");
     assert_eq!(
         ran.finished.reply.status,
         MessageStatus::Complete,
@@ -898,11 +869,7 @@ fn ollama_whole_calls_in_two_turns_keep_unique_ids() {
         Answer::stream(last.into_bytes(), "application/x-ndjson"),
     ]);
     let mut h = Harness::new(&mock, everything(), AgentOptions::default());
-    let msg = h
-        .store
-        .send(&h.chat.clone(), "echo twice", None, Attempt::FIRST)
-        .unwrap();
-    let ran = h.reply(msg, &host("ollama/llama3.2"));
+    let ran = h.ask("echo twice", "ollama/llama3.2");
     assert_eq!(
         ran.finished.reply.status,
         MessageStatus::Complete,

@@ -190,6 +190,34 @@ fn status_of(serve: &Serve, reply: &str) -> String {
     r.json()["value"]["status"].as_str().unwrap().to_owned()
 }
 
+/// `gelstore sync` of the device in `data` through `serve`.
+fn sync_with(data: &Path, serve: &Serve) -> String {
+    gel_ok(
+        data,
+        &[
+            "sync",
+            "--pds",
+            &serve.service,
+            "--identifier",
+            &serve.handle,
+            "--password",
+            &serve.password,
+        ],
+    )
+}
+
+/// Pairs the server folder `srv` like any device, approved on `phone`:
+/// its code, the approval, a sync through a keyless server on `listen`,
+/// the join.
+fn pair_server(srv: &Path, phone: &Path, listen: &str) {
+    let code = first_line(&gel_ok(srv, &["device", "pair"]));
+    gel_ok(phone, &["device", "approve", &code]);
+    let serve = Serve::start_at(srv, listen, &[]);
+    sync_with(phone, &serve);
+    serve.stop();
+    gel_ok(srv, &["device", "join"]);
+}
+
 /// The expected event kinds of a fixture, as frame types.
 fn fixture_kinds(case: &str) -> Vec<String> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -458,20 +486,7 @@ fn a_paired_server_answers_what_a_phone_asks() {
     let dir = tempfile::tempdir().unwrap();
     let srv = dir.path().join("server");
     let phone = dir.path().join("phone");
-    let sync = |serve: &Serve| {
-        gel_ok(
-            &phone,
-            &[
-                "sync",
-                "--pds",
-                &serve.service,
-                "--identifier",
-                &serve.handle,
-                "--password",
-                &serve.password,
-            ],
-        )
-    };
+    let sync = |serve: &Serve| sync_with(&phone, serve);
 
     // The phone is the account's first device; it writes and asks.
     gel_ok(&phone, &["device", "init", "--name", "phone"]);
@@ -514,12 +529,7 @@ fn a_paired_server_answers_what_a_phone_asks() {
         "{}",
         String::from_utf8_lossy(&refused.stderr)
     );
-    let code = first_line(&gel_ok(&srv, &["device", "pair"]));
-    gel_ok(&phone, &["device", "approve", &code]);
-    let serve = Serve::start_at(&srv, &listen, &[]);
-    sync(&serve);
-    serve.stop();
-    gel_ok(&srv, &["device", "join"]);
+    pair_server(&srv, &phone, &listen);
 
     // With --assistant it finds the pending reply and runs it.
     let args = assistant_args();
@@ -556,20 +566,7 @@ fn the_built_in_assistant_runs_a_tool_conversation_for_a_phone() {
     let phone = dir.path().join("phone");
     let mcp = dir.path().join("mcp.json");
     std::fs::write(&mcp, common_provider::everything_config().to_string()).unwrap();
-    let sync = |serve: &Serve| {
-        gel_ok(
-            &phone,
-            &[
-                "sync",
-                "--pds",
-                &serve.service,
-                "--identifier",
-                &serve.handle,
-                "--password",
-                &serve.password,
-            ],
-        )
-    };
+    let sync = |serve: &Serve| sync_with(&phone, serve);
     gel_ok(&phone, &["device", "init", "--name", "phone"]);
     let chat = first_line(&gel_ok(&phone, &["chat", "new", "--title", "Echoes"]));
     let message = first_line(&gel_ok(
@@ -589,12 +586,7 @@ fn the_built_in_assistant_runs_a_tool_conversation_for_a_phone() {
     let listen = serve.addr();
     sync(&serve);
     serve.stop();
-    let code = first_line(&gel_ok(&srv, &["device", "pair"]));
-    gel_ok(&phone, &["device", "approve", &code]);
-    let serve = Serve::start_at(&srv, &listen, &[]);
-    sync(&serve);
-    serve.stop();
-    gel_ok(&srv, &["device", "join"]);
+    pair_server(&srv, &phone, &listen);
 
     let mcp_arg = mcp.display().to_string();
     let serve = Serve::start_with(
