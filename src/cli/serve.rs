@@ -70,6 +70,34 @@ pub struct ServeArgs {
     /// The largest JSON request body, in bytes.
     #[arg(long, default_value_t = Limits::default().body)]
     max_body_bytes: usize,
+    /// Seconds a client has to send a request's head (from its first
+    /// byte, or from connecting).
+    #[arg(long, value_name = "SECS", default_value_t = Limits::default().header_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    header_timeout_secs: u64,
+    /// Seconds a kept-alive connection may wait for its next request.
+    #[arg(long, value_name = "SECS", default_value_t = Limits::default().idle_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    idle_timeout_secs: u64,
+    /// Seconds a request body may send nothing (408), and a response wait
+    /// for a client that does not read it.
+    #[arg(long, value_name = "SECS", default_value_t = Limits::default().body_timeout.as_secs(), value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    body_timeout_secs: u64,
+    /// The most connections open at once (kept under the open-file
+    /// limit); past it the connection quiet the longest is closed.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().connections, value_parser = parse_connections)]
+    max_connections: usize,
+    /// With --public-url: how many proxies in front append the address
+    /// they were reached from to X-Forwarded-For. The client's address is
+    /// that many entries from the right (entries left of it are the
+    /// client's own); 0 ignores the header.
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "public_url")]
+    trusted_proxies: usize,
+}
+
+fn parse_connections(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err("must be a whole number of at least 1".into()),
+    }
 }
 
 pub fn run(data: &Path, args: ServeArgs) -> Outcome {
@@ -111,6 +139,7 @@ pub fn run(data: &Path, args: ServeArgs) -> Outcome {
         handle: args.handle,
         plc: args.plc,
         public_url: args.public_url,
+        trusted_proxies: args.trusted_proxies,
         assistant: runner.map(|runner| server::AssistantOptions {
             runner,
             approve_tools: args.approve_tools,
@@ -123,6 +152,10 @@ pub fn run(data: &Path, args: ServeArgs) -> Outcome {
         limits: Limits {
             blob: args.max_blob_bytes,
             body: args.max_body_bytes,
+            header_timeout: std::time::Duration::from_secs(args.header_timeout_secs),
+            idle_timeout: std::time::Duration::from_secs(args.idle_timeout_secs),
+            body_timeout: std::time::Duration::from_secs(args.body_timeout_secs),
+            connections: args.max_connections,
             ..Limits::default()
         },
     };

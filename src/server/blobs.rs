@@ -208,6 +208,36 @@ impl BlobStore {
         Ok(old)
     }
 
+    /// Removes every temporary file in the folder (staged uploads and
+    /// half-written `.mime` files): only for a folder no running server
+    /// holds, where each is a killed server's leftover. How many went.
+    pub fn remove_leftovers(&self) -> std::io::Result<usize> {
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        let mut removed = 0;
+        for entry in entries {
+            let entry = entry?;
+            let is_tmp = entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.ends_with(".tmp"));
+            if is_tmp && entry.file_type()?.is_file() {
+                match fs::remove_file(entry.path()) {
+                    Ok(()) => removed += 1,
+                    Err(e) if e.kind() == ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        if removed > 0 {
+            sync_dir(&self.dir);
+        }
+        Ok(removed)
+    }
+
     /// Deletes the blob with `cid` if its file is (still) older than
     /// `window`: an upload since the listing renewed it. Under the lock,
     /// for a blob no record references.
@@ -296,5 +326,14 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+        // A killed server's staged upload is removed at the next start.
+        let staged = store.stage(b"cut short").unwrap();
+        let left = staged.tmp.clone();
+        std::mem::forget(staged);
+        fs::write(dir.path().join("blobs/x.mime.1.2.tmp"), b"text/pl").unwrap();
+        assert!(left.exists());
+        assert_eq!(store.remove_leftovers().unwrap(), 2);
+        assert!(!left.exists());
+        assert!(store.get(&cid_a).unwrap().is_some());
     }
 }

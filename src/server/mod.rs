@@ -4,19 +4,20 @@
 //! | module | job |
 //! |---|---|
 //! | `mod.rs` | options, start-up (identity, account, bind, ready line, `serve.json`), shutdown |
+//! | `conn` | the connections: header, idle and write timeouts, the bound on open connections |
 //! | `state` | what handlers share: the repository under one lock, account, keys, limits |
 //! | `xrpc` | `/xrpc/{nsid}`: method table, HTTP method, query, body limits, JSON/CBOR input |
 //! | `routes/` | the handlers, one module per NSID group |
 //! | `error` | the `{error, message}` responses and the status of each error name |
 //! | `auth` | HS256 session tokens (access/refresh) and the bearer header |
-//! | `account` | `account.json`: handle, salted PBKDF2 password hash, token secret |
+//! | `account` | `account.json`: handle, Argon2id password hash (old PBKDF2 ones upgraded), token secret |
 //! | `sessions` | `sessions.json`: the live refresh-token ids (rotation, grace, revocation) |
 //! | `identity` | the did:web and its DID document |
 //! | `plc` | `--plc`: a did:plc genesis operation registered with a PLC directory |
 //! | `blobs` | uploaded blobs, one file each; the sweep of unreferenced ones |
 //! | `blob_refs` | `blob-refs.json`: which records reference which blobs, derived from the repository |
 //! | `chat_index` | the message records' clear fields for the chat queries, kept current from the event log |
-//! | `ratelimit` | failed password attempts (createSession), limited with the reference's figures |
+//! | `ratelimit` | failed password attempts (createSession), limited per address (the reference's figures) and per account |
 //! | `firehose` | `subscribeRepos`: the `#commit` event log over a websocket |
 //! | `running` | `serve.json`: tells other `gelstore` commands a server holds the folder |
 
@@ -26,6 +27,7 @@ mod auth;
 mod blob_refs;
 mod blobs;
 mod chat_index;
+mod conn;
 mod error;
 mod firehose;
 mod identity;
@@ -58,7 +60,7 @@ use self::auth::TokenKeys;
 use self::blob_refs::BlobRefs;
 use self::blobs::BlobStore;
 use self::sessions::Sessions;
-use self::state::{AppState, Store};
+use self::state::{AppState, Identity, Store};
 use crate::chat::ChatStore;
 use crate::repo::identity::load_key;
 use crate::repo::repository::{RepoError, Repository};
@@ -77,7 +79,7 @@ pub struct ServeOptions {
     pub handle: Option<String>,
     /// A new password for the account (only its hash is kept).
     pub password: Option<String>,
-    /// Request size limits.
+    /// Request size limits, timeouts and the bound on connections.
     pub limits: Limits,
     /// A PLC directory: a new repository gets a did:plc registered there
     /// instead of a did:web.
@@ -86,6 +88,10 @@ pub struct ServeOptions {
     /// address (a proxy in front): the service endpoint, and the did:web
     /// of a new account.
     pub public_url: Option<String>,
+    /// Behind `--public-url`: how many proxies in front append the address
+    /// they were reached from to `X-Forwarded-For` (the client is that
+    /// many entries from its right end; 0: the connection's address).
+    pub trusted_proxies: usize,
     /// Run the assistant: the folder holds a device of the account, and
     /// pending replies are generated with this model command.
     pub assistant: Option<AssistantOptions>,
@@ -155,6 +161,13 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     crate::repo::identity::create_private_dir(&data).map_err(|e| Box::new(RepoError::from(e)))?;
     // Refuse early and clearly if another server holds the folder.
     running::check_free(&data)?;
+    // No other server holds it: the temporary files in its blob folder
+    // are a killed server's unfinished uploads.
+    match BlobStore::new(&data).remove_leftovers() {
+        Ok(0) => {}
+        Ok(n) => tracing::info!("removed {n} unfinished uploads a stopped server left"),
+        Err(e) => tracing::warn!("could not remove unfinished uploads: {e}"),
+    }
     let listener = tokio::net::TcpListener::bind(options.listen)
         .await
         .map_err(|source| ServeError::Bind {
@@ -266,16 +279,20 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     };
     let state = AppState::new(
         store,
-        account.handle.clone(),
-        account.password_hash.clone(),
-        did_doc,
+        Identity {
+            handle: account.handle.clone(),
+            password_hash: account.password_hash.clone(),
+            did_doc,
+            data: data.clone(),
+            behind_proxy: options.public_url.is_some(),
+            trusted_proxies: options.trusted_proxies,
+        },
         tokens,
         sessions,
         BlobStore::new(&data),
         blob_refs,
         options.limits,
         assistant.clone(),
-        options.public_url.is_some(),
     );
     // Blobs the commits since the last run left unreferenced, and old
     // unreferenced uploads, go before the first request.
@@ -311,11 +328,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         handle: state.handle.clone(),
     });
     let stopping = state.stopping.clone();
-    let served = axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
+    let served = conn::serve(listener, app, options.limits, async move {
         shutdown_signal().await;
         // Long-lived streams end on this, so the graceful shutdown
         // does not wait for them forever.
@@ -542,6 +555,7 @@ async fn not_found() -> Response {
         status: axum::http::StatusCode::NOT_FOUND,
         error: "NotFound".into(),
         message: "Not Found".into(),
+        rate_limit: None,
     }
     .into_response()
 }

@@ -2,7 +2,9 @@
 //! commits are serial, and reads see a consistent head), the account, the
 //! token keys and live sessions, the blob folder and the limits.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::Value;
 use tokio::sync::watch;
@@ -19,7 +21,7 @@ use crate::chat::ChatStore;
 use crate::repo::repository::Repository;
 use crate::repo::tid::TidClock;
 
-/// Size limits on requests.
+/// Limits on requests and connections.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     /// The largest JSON (or CBOR) request body.
@@ -28,6 +30,17 @@ pub struct Limits {
     pub blob: usize,
     /// The most writes in one `applyWrites`.
     pub writes: usize,
+    /// How long a client has to send a request's head (from its first
+    /// byte, or from the connection's start).
+    pub header_timeout: Duration,
+    /// How long a kept-alive connection may wait for its next request.
+    pub idle_timeout: Duration,
+    /// How long a request body may send nothing, and a response wait for
+    /// a client that does not read it.
+    pub body_timeout: Duration,
+    /// The most connections open at once (fitted under the open-file
+    /// limit); past it the longest-quiet one is closed.
+    pub connections: usize,
 }
 
 impl Default for Limits {
@@ -36,6 +49,10 @@ impl Default for Limits {
             body: 2 * 1024 * 1024,
             blob: 5 * 1024 * 1024,
             writes: 200,
+            header_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            body_timeout: Duration::from_secs(60),
+            connections: 512,
         }
     }
 }
@@ -151,8 +168,10 @@ pub struct AppState {
     pub did: String,
     /// The handle.
     pub handle: String,
-    /// The stored password hash.
-    pub password_hash: String,
+    /// The stored password hash (replaced when an old kind is upgraded).
+    password_hash: Mutex<String>,
+    /// The data folder (its `account.json`).
+    pub data: PathBuf,
     /// The DID document served at `/.well-known/did.json`.
     pub did_doc: Value,
     /// Signs and checks session tokens.
@@ -173,9 +192,29 @@ pub struct AppState {
     pub attempts: AttemptLimiter,
     /// Password hashes computed at once (each is slow on purpose).
     pub hashing: tokio::sync::Semaphore,
-    /// Behind a proxy (`--public-url`): the client is the first
-    /// `X-Forwarded-For` address, not the connection's.
+    /// Behind a proxy (`--public-url`): the client is taken from
+    /// `X-Forwarded-For`, not the connection.
     pub behind_proxy: bool,
+    /// How many proxies in front append to `X-Forwarded-For` (the client
+    /// is that many entries from its right end).
+    pub trusted_proxies: usize,
+}
+
+/// Who the server is and how it is reached, for [`AppState::new`].
+#[derive(Debug, Clone)]
+pub struct Identity {
+    /// The handle.
+    pub handle: String,
+    /// The stored password hash.
+    pub password_hash: String,
+    /// The DID document.
+    pub did_doc: Value,
+    /// The data folder.
+    pub data: PathBuf,
+    /// Behind a proxy (`--public-url`).
+    pub behind_proxy: bool,
+    /// Proxies appending to `X-Forwarded-For`.
+    pub trusted_proxies: usize,
 }
 
 impl AppState {
@@ -183,17 +222,22 @@ impl AppState {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Store,
-        handle: String,
-        password_hash: String,
-        did_doc: Value,
+        identity: Identity,
         tokens: TokenKeys,
         sessions: Sessions,
         blobs: BlobStore,
         blob_refs: BlobRefs,
         limits: Limits,
         assistant: Option<Arc<Assistant>>,
-        behind_proxy: bool,
     ) -> Arc<AppState> {
+        let Identity {
+            handle,
+            password_hash,
+            did_doc,
+            data,
+            behind_proxy,
+            trusted_proxies,
+        } = identity;
         let core = Core {
             store,
             clock: TidClock::new(),
@@ -206,7 +250,8 @@ impl AppState {
             core: Mutex::new(core),
             did,
             handle,
-            password_hash,
+            password_hash: Mutex::new(password_hash),
+            data,
             did_doc,
             tokens,
             sessions,
@@ -218,7 +263,29 @@ impl AppState {
             attempts: AttemptLimiter::default(),
             hashing: tokio::sync::Semaphore::new(2),
             behind_proxy,
+            trusted_proxies,
         })
+    }
+
+    /// The stored password hash.
+    pub fn password_hash(&self) -> String {
+        self.password_hash
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces the stored hash `old` with `new` (a stronger hash of the
+    /// same password), in `account.json` and here; nothing happens if
+    /// the hash is no longer `old`. Blocking (it writes the file).
+    pub fn upgrade_password_hash(&self, old: &str, new: String) -> Result<(), String> {
+        let mut current = self.password_hash.lock().unwrap_or_else(|e| e.into_inner());
+        if *current != old {
+            return Ok(());
+        }
+        super::account::Account::replace_hash(&self.data, old, &new).map_err(|e| e.to_string())?;
+        *current = new;
+        Ok(())
     }
 
     /// Runs `f` on the repository on a blocking thread (sled reads and
@@ -252,24 +319,15 @@ impl AppState {
     }
 
     /// The client of `req`: the connection's address, or behind a proxy
-    /// the first `X-Forwarded-For` address the proxy passed on.
+    /// the `X-Forwarded-For` entry the outermost trusted proxy appended
+    /// (the [`AppState::trusted_proxies`]-th from the right: entries left
+    /// of it are the client's own words). Without that many entries, or
+    /// with one that is not an address there, the connection's address.
     pub fn client_of(&self, req: &crate::server::xrpc::Request) -> std::net::IpAddr {
-        let forwarded = || {
-            req.headers
-                .get("x-forwarded-for")?
-                .to_str()
-                .ok()?
-                .split(',')
-                .next()?
-                .trim()
-                .parse()
-                .ok()
-        };
-        if self.behind_proxy {
-            forwarded().unwrap_or(req.peer)
-        } else {
-            req.peer
+        if !self.behind_proxy {
+            return req.peer;
         }
+        forwarded_client(&req.headers, self.trusted_proxies).unwrap_or(req.peer)
     }
 
     /// Whether `repo` (a DID or handle) names this server's account.
@@ -290,5 +348,55 @@ impl AppState {
                 ),
             ))
         }
+    }
+}
+
+/// The address `trusted` entries from the right of the request's
+/// `X-Forwarded-For` (all its lines, in order); `None` if there are not
+/// that many, `trusted` is 0, or the entry is not an address.
+pub fn forwarded_client(
+    headers: &axum::http::HeaderMap,
+    trusted: usize,
+) -> Option<std::net::IpAddr> {
+    let entries: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .map(|v| v.to_str().unwrap_or(""))
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    if trusted == 0 {
+        return None;
+    }
+    let entry = entries[entries.len().checked_sub(trusted)?];
+    entry
+        .parse::<std::net::IpAddr>()
+        .ok()
+        .or_else(|| entry.parse::<std::net::SocketAddr>().ok().map(|a| a.ip()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_client_is_counted_from_the_right_of_x_forwarded_for() {
+        let mut headers = axum::http::HeaderMap::new();
+        let at = |h: &axum::http::HeaderMap, n| forwarded_client(h, n).map(|a| a.to_string());
+        assert_eq!(at(&headers, 1), None);
+        headers.append(
+            "x-forwarded-for",
+            "203.0.113.9, 198.51.100.1".parse().unwrap(),
+        );
+        assert_eq!(at(&headers, 1).as_deref(), Some("198.51.100.1"));
+        assert_eq!(at(&headers, 2).as_deref(), Some("203.0.113.9"));
+        assert_eq!(at(&headers, 3), None);
+        assert_eq!(at(&headers, 0), None);
+        // A second line continues the list.
+        headers.append("x-forwarded-for", "[2001:db8::1]:443".parse().unwrap());
+        assert_eq!(at(&headers, 1).as_deref(), Some("2001:db8::1"));
+        assert_eq!(at(&headers, 2).as_deref(), Some("198.51.100.1"));
+        headers.append("x-forwarded-for", "unknown".parse().unwrap());
+        assert_eq!(at(&headers, 1), None);
     }
 }

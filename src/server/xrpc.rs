@@ -173,7 +173,7 @@ async fn dispatch(
             } else {
                 state.limits.body
             };
-            read_body(&headers, body, limit).await?
+            read_body(&headers, body, limit, state.limits.body_timeout).await?
         }
     };
     let request = Request {
@@ -221,22 +221,54 @@ fn percent_decode(s: &str) -> Result<String, XrpcError> {
 }
 
 /// Reads a body of at most `limit` bytes: a larger declared length is
-/// refused before reading, a larger streamed body when it passes the limit.
-async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, XrpcError> {
-    if let Some(len) = headers
+/// refused before reading, a larger streamed body when it passes the limit
+/// (413). A body that breaks off or is malformed (bad chunked framing) is
+/// a 400, and one that sends nothing for `patience` a 408.
+async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    patience: std::time::Duration,
+) -> Result<Bytes, XrpcError> {
+    use futures_util::StreamExt as _;
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-        && len > limit as u64
-    {
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > limit as u64) {
         return Err(XrpcError::payload_too_large(limit));
     }
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        // `to_bytes` fails on the limit or on a broken connection; the
-        // client of the latter is gone and will not read the answer.
-        tracing::debug!("request body: {e}");
-        XrpcError::payload_too_large(limit)
-    })
+    let mut stream = body.into_data_stream();
+    // Room for what is declared, up to 64 KiB: a declared length costs
+    // nothing until the bytes come.
+    let mut out = Vec::with_capacity(
+        declared
+            .and_then(|len| usize::try_from(len).ok())
+            .unwrap_or(0)
+            .min(limit)
+            .min(64 * 1024),
+    );
+    loop {
+        let chunk = match tokio::time::timeout(patience, stream.next()).await {
+            Err(_) => return Err(XrpcError::body_timeout(patience)),
+            Ok(None) => break,
+            Ok(Some(Ok(chunk))) => chunk,
+            Ok(Some(Err(e))) => {
+                // The limit is checked here, so this is the body's own
+                // fault: bad framing, or a connection that broke off (whose
+                // client will not read the answer).
+                tracing::debug!("request body: {e}");
+                return Err(XrpcError::invalid_request(
+                    "Request body is malformed or incomplete",
+                ));
+            }
+        };
+        if out.len() + chunk.len() > limit {
+            return Err(XrpcError::payload_too_large(limit));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(Bytes::from(out))
 }
 
 #[cfg(test)]

@@ -86,11 +86,41 @@ impl Serve {
         env: &[(&str, &str)],
         password: &str,
     ) -> Serve {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_gelstore"))
+        let mut args = vec!["--listen", listen, "--password", password];
+        args.extend_from_slice(extra);
+        Serve::spawn(data, &args, env, password, None)
+    }
+
+    /// A server on `data` started with exactly `args` after `serve` (no
+    /// `--password` unless they give one); `password` is what the tests
+    /// log in with. `max_files`: the server's open-file limit (`ulimit
+    /// -n`), if given.
+    pub fn spawn(
+        data: &Path,
+        args: &[&str],
+        env: &[(&str, &str)],
+        password: &str,
+        max_files: Option<u64>,
+    ) -> Serve {
+        let binary = env!("CARGO_BIN_EXE_gelstore");
+        let mut command = match max_files {
+            None => Command::new(binary),
+            Some(n) => {
+                // The shell lowers the limit, then becomes the server.
+                let mut c = Command::new("sh");
+                c.args([
+                    "-c",
+                    &format!("ulimit -n {n} && exec \"$0\" \"$@\""),
+                    binary,
+                ]);
+                c
+            }
+        };
+        let mut child = command
             .arg("--data")
             .arg(data)
-            .args(["serve", "--listen", listen, "--password", password])
-            .args(extra)
+            .arg("serve")
+            .args(args)
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -109,6 +139,14 @@ impl Serve {
             dir: None,
             child,
         }
+    }
+
+    /// Kills the server at once (SIGKILL: no clean stop) and keeps the
+    /// data folder; returns the temp dir guard, if this server owns it.
+    pub fn kill(mut self) -> Option<tempfile::TempDir> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        self.dir.take()
     }
 
     /// The server's process id.
@@ -219,6 +257,14 @@ impl Response {
             .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
 
+    /// The value of header `name` (lower case), if sent.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     /// The XRPC error name of an error response.
     pub fn error(&self) -> String {
         self.json()["error"].as_str().unwrap_or("").to_owned()
@@ -250,6 +296,17 @@ pub fn http(
     stream.write_all(head.as_bytes()).expect("write head");
     // The server may answer (413) and close before reading a large body.
     let _ = stream.write_all(body);
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    parse_response(&raw)
+}
+
+/// Sends `request` (a whole HTTP/1.1 request, head and body, as given) on
+/// a new connection and reads the answer until the server closes it.
+pub fn http_raw(addr: &str, request: &[u8]) -> Response {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
+    let _ = stream.write_all(request);
     let mut raw = Vec::new();
     let _ = stream.read_to_end(&mut raw);
     parse_response(&raw)

@@ -10,9 +10,9 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::server::account::{random_token, verify_password};
+use crate::server::account::{Checked, check_password, hash_password, random_token};
 use crate::server::auth::{ACCESS_SCOPE, REFRESH_SCOPE, REFRESH_SECS, bearer, now};
-use crate::server::error::XrpcError;
+use crate::server::error::{RateLimit, XrpcError};
 use crate::server::sessions::Refused;
 use crate::server::state::AppState;
 use crate::server::xrpc::Request;
@@ -41,19 +41,40 @@ pub async fn create_session(state: &Arc<AppState>, req: Request) -> Result<Respo
     if !state.is_own_repo(input.identifier.trim()) {
         return Err(wrong());
     }
-    // Too many failures from one client lock it out for a while
-    // (ratelimit.rs); the attempt counts as failed until it succeeds.
+    // Too many failures from one client, or for the account, lock it out
+    // for a while (ratelimit.rs); the attempt counts as failed until it
+    // succeeds.
     let attempt = state
         .attempts
         .begin(state.client_of(&req), std::time::Instant::now())
-        .map_err(|limited| XrpcError::rate_limited(limited.retry_after))?;
+        .map_err(|limited| {
+            XrpcError::rate_limited(RateLimit {
+                retry_after: limited.retry_after,
+                limit: limited.limit,
+                window: limited.window,
+            })
+        })?;
     // The hash is slow on purpose; it runs off the async workers, a few
-    // at a time.
+    // at a time. A hash of an older kind is replaced on the way.
     let _permit = state.hashing.acquire().await.map_err(XrpcError::internal)?;
-    let stored = state.password_hash.clone();
-    let ok = tokio::task::spawn_blocking(move || verify_password(&input.password, &stored))
-        .await
-        .map_err(XrpcError::internal)?;
+    let checking = state.clone();
+    let ok = tokio::task::spawn_blocking(move || {
+        let stored = checking.password_hash();
+        let checked = check_password(&input.password, &stored);
+        if checked == Checked::RightOutdated {
+            match hash_password(&input.password) {
+                Ok(new) => {
+                    if let Err(e) = checking.upgrade_password_hash(&stored, new) {
+                        tracing::warn!("could not store the new password hash: {e}");
+                    }
+                }
+                Err(e) => tracing::warn!("{e}"),
+            }
+        }
+        checked.is_right()
+    })
+    .await
+    .map_err(XrpcError::internal)?;
     if !ok {
         return Err(wrong());
     }
@@ -117,6 +138,7 @@ fn refresh_claims(
             status: axum::http::StatusCode::UNAUTHORIZED,
             error: "MissingTokenId".into(),
             message: "Unexpected missing refresh token id".into(),
+            rate_limit: None,
         });
     };
     Ok(jti)
