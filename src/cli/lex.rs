@@ -34,6 +34,9 @@ pub struct LintArgs {
     /// Do not report this rule (repeatable), e.g. `--allow unresolved-lexicon`.
     #[arg(long = "allow", value_name = "RULE")]
     pub allow: Vec<String>,
+    /// human: `FILE:/json/path: message [rule]` lines, then a summary on
+    /// stderr; json: one `{"file","valid","errors":[{"path","message","rule"}]}`
+    /// object per input.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }
@@ -49,6 +52,9 @@ pub struct CheckArgs {
     /// JSON record files; `-` reads one record from stdin.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<String>,
+    /// human: `FILE:/json/path: message [rule]` lines, then a summary on
+    /// stderr; json: one `{"file","valid","errors":[{"path","message","rule"}]}`
+    /// object per input.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }
@@ -59,6 +65,9 @@ pub struct DiffArgs {
     pub old: PathBuf,
     /// The lexicon set after the change.
     pub new: PathBuf,
+    /// human: `FILE:/json/path: message [rule]` lines, then a summary on
+    /// stderr; json: one `{"file","valid","errors":[{"path","message","rule"}]}`
+    /// object per input.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }
@@ -81,6 +90,9 @@ pub struct GenArgs {
     /// Write nothing; report every file that differs (exit 1 on drift).
     #[arg(long)]
     pub check: bool,
+    /// human: `FILE:/json/path: message [rule]` lines, then a summary on
+    /// stderr; json: one `{"file","valid","errors":[{"path","message","rule"}]}`
+    /// object per input.
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }

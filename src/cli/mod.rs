@@ -133,11 +133,10 @@ pub enum Command {
 /// Output style shared by every reporting command.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum Format {
-    /// `FILE:/json/path: message [rule]` lines, then a summary on stderr.
+    /// Text for people.
     #[default]
     Human,
-    /// One JSON object per input on its own line:
-    /// `{"file","valid","errors":[{"path","message","rule"}]}`.
+    /// JSON for scripts, one object per line.
     Json,
 }
 
