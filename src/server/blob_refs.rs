@@ -23,8 +23,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::model::parse_cid;
-use crate::repo::events::{Frame, decode_frame};
-use crate::repo::repository::{RepoError, Repository};
+use crate::repo::repository::{Changes, Follower, RepoError, Repository, WriteHints};
 
 /// The index file in a data folder.
 pub const BLOB_REFS_FILE: &str = "blob-refs.json";
@@ -101,9 +100,6 @@ pub struct BlobRefs {
     unsaved: bool,
     /// The event the file reflects.
     saved_seq: Option<u64>,
-    /// The record paths of commits made by the caller (commit CID → paths):
-    /// a `tooBig` event carries no ops, and these spare a rebuild.
-    hints: HashMap<Cid, Vec<String>>,
     /// How many times the index was rebuilt from every record (logged).
     rebuilds: u64,
 }
@@ -131,7 +127,6 @@ impl BlobRefs {
             counts: HashMap::new(),
             unsaved: false,
             saved_seq: None,
-            hints: HashMap::new(),
             rebuilds: 0,
         };
         if file.and_then(|f| index.adopt(f)).is_none() {
@@ -139,7 +134,8 @@ impl BlobRefs {
             index.save();
             return Ok((index, Vec::new()));
         }
-        let dropped = index.catch_up(repo)?;
+        // At load no write hints exist: a `tooBig` commit since the file means a rebuild.
+        let dropped = index.catch_up(repo, &WriteHints::default())?;
         Ok((index, dropped))
     }
 
@@ -159,13 +155,6 @@ impl BlobRefs {
         Some(())
     }
 
-    /// Tells the index which record paths the commit `commit` changed, for
-    /// when its event is too big to list them (used by the next
-    /// [`catch_up`](Self::catch_up), then forgotten).
-    pub fn hint(&mut self, commit: Cid, paths: impl IntoIterator<Item = String>) {
-        self.hints.insert(commit, paths.into_iter().collect());
-    }
-
     /// Whether some record references `cid` (as of the index's head: see
     /// [`BlobRefs::is_current`] before deleting on its word).
     pub fn is_referenced(&self, cid: &Cid) -> bool {
@@ -183,15 +172,18 @@ impl BlobRefs {
     /// changed (or every [`SAVE_EVERY`] events). On an
     /// error the index is left marked stale (the next call rebuilds) and
     /// nothing is returned, so nothing is deleted on a guess.
-    pub fn catch_up(&mut self, repo: &Repository) -> Result<Vec<Cid>, RepoError> {
+    pub fn catch_up(
+        &mut self,
+        repo: &Repository,
+        hints: &WriteHints,
+    ) -> Result<Vec<Cid>, RepoError> {
         if Some(repo.head().commit) == self.head {
             return Ok(Vec::new());
         }
         // Candidates: blobs a re-read record stopped referencing (or, on a
         // rebuild, every blob referenced before); kept if still referenced.
         let mut dropped: Vec<Cid> = Vec::new();
-        let touched = self.touched_paths(repo);
-        self.hints.clear();
+        let touched = self.touched_paths(repo, hints);
         let result = match touched {
             Ok(Some(paths)) => self.reread(repo, paths, &mut dropped),
             Ok(None) => {
@@ -221,40 +213,23 @@ impl BlobRefs {
     }
 
     /// The record paths of the events after the index's; `None` when the
-    /// log no longer holds them all (or a commit's ops were cut): rebuild.
-    fn touched_paths(&self, repo: &Repository) -> Result<Option<BTreeSet<String>>, RepoError> {
-        let cursor = self.seq.unwrap_or(0);
-        if self.head.is_none() || repo.is_outdated_cursor(cursor)? {
-            return Ok(None);
-        }
-        let mut paths = BTreeSet::new();
-        let mut last = self.seq;
-        let mut any = false;
-        for event in repo.events_since(Some(cursor))? {
-            any = true;
-            let event = event?;
-            if last.is_some_and(|l| event.seq != l + 1) {
-                return Ok(None);
-            }
-            last = Some(event.seq);
-            match decode_frame(&event.frame) {
-                Ok(Frame::Commit(c)) if !c.too_big => {
-                    paths.extend(c.ops.into_iter().map(|op| op.path));
-                }
-                Ok(Frame::Commit(c)) => match self.hints.get(&c.commit) {
-                    Some(hinted) => paths.extend(hinted.iter().cloned()),
-                    None => return Ok(None),
-                },
-                Err(_) => return Ok(None),
-                Ok(_) => {}
-            }
-        }
-        // The head moved but the log holds nothing after the index's event
-        // (a log reset, a store replaced): rebuild rather than trust it.
-        if !any {
-            return Ok(None);
-        }
-        Ok(Some(paths))
+    /// log does not tell (see `Follower`) or tells nothing although the
+    /// head moved: rebuild.
+    fn touched_paths(
+        &self,
+        repo: &Repository,
+        hints: &WriteHints,
+    ) -> Result<Option<BTreeSet<String>>, RepoError> {
+        let mut follower = match (self.head, self.seq) {
+            (Some(_), Some(seq)) => Follower::at(seq),
+            (Some(_), None) => Follower::at(0),
+            (None, _) => return Ok(None),
+        };
+        Ok(match follower.next(repo, |c| hints.get(c))? {
+            Changes::Ops(ops) => Some(ops.into_iter().map(|(_, path)| path).collect()),
+            // The head moved (the caller checked) with nothing logged.
+            Changes::None | Changes::Rebuild => None,
+        })
     }
 
     /// Re-reads `paths` from the repository.
@@ -400,6 +375,7 @@ mod tests {
 
     #[test]
     fn follows_commits_and_survives_reopening() {
+        let mut hints = WriteHints::default();
         use crate::repo::repository::Write;
         let dir = tempfile::tempdir().unwrap();
         let mut repo = Repository::init(dir.path()).unwrap();
@@ -417,7 +393,7 @@ mod tests {
         // One of two references goes: the blob stays referenced.
         repo.apply(&[Write::delete("app.bsky.feed.post", "a1")])
             .unwrap();
-        assert!(index.catch_up(&repo).unwrap().is_empty());
+        assert!(index.catch_up(&repo, &hints).unwrap().is_empty());
         assert!(index.is_referenced(&a));
 
         // Behind by a commit (as after a crash before the save): the next
@@ -439,7 +415,7 @@ mod tests {
         let file = std::fs::read(dir.path().join(BLOB_REFS_FILE)).unwrap();
         repo.apply(&[Write::create("app.bsky.feed.post", "e", post("e", None))])
             .unwrap();
-        assert!(index.catch_up(&repo).unwrap().is_empty());
+        assert!(index.catch_up(&repo, &hints).unwrap().is_empty());
         assert_eq!(
             std::fs::read(dir.path().join(BLOB_REFS_FILE)).unwrap(),
             file
@@ -473,14 +449,14 @@ mod tests {
         repo.apply(&[Write::delete("app.bsky.feed.post", "c")])
             .unwrap();
         let info = repo.apply(&many("x", Some(A))).unwrap();
-        index.hint(info.head.commit, info.ops.iter().map(|op| op.key.clone()));
-        assert!(index.catch_up(&repo).unwrap().is_empty());
+        hints.record(info.head.commit, &info.ops);
+        assert!(index.catch_up(&repo, &hints).unwrap().is_empty());
         assert!(index.is_referenced(&a));
         assert_eq!(index.rebuilds, 1);
         repo.apply(&many("y", None)).unwrap();
         repo.apply(&[Write::delete("app.bsky.feed.post", "x0")])
             .unwrap();
-        assert_eq!(index.catch_up(&repo).unwrap(), vec![a]);
+        assert_eq!(index.catch_up(&repo, &hints).unwrap(), vec![a]);
         assert_eq!(index.rebuilds, 2);
     }
 }

@@ -18,8 +18,7 @@ use serde_json::Value;
 
 use crate::chat::keys::ReplyKey;
 use crate::chat::store::MESSAGE;
-use crate::repo::events::{Frame, decode_frame};
-use crate::repo::repository::{RepoError, Repository};
+use crate::repo::repository::{Changes, Follower, RepoError, Repository, WriteHints};
 
 /// The clear fields of one message record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,8 +54,8 @@ impl MessageMeta {
 /// The index.
 #[derive(Debug, Default)]
 pub struct ChatIndex {
-    /// The last event applied; `None` until built.
-    cursor: Option<u64>,
+    /// Where the index stands in the event log (no cursor until built).
+    follower: Follower,
     messages: HashMap<String, MessageMeta>,
     /// Chat at-uri → its messages' keys, in key order.
     by_chat: HashMap<String, BTreeSet<String>>,
@@ -69,56 +68,41 @@ pub struct ChatIndex {
 }
 
 impl ChatIndex {
-    /// Brings the index up to the repository's last event.
-    pub fn catch_up(&mut self, repo: &Repository) -> Result<(), RepoError> {
-        let last = repo.last_event_seq()?.unwrap_or(0);
-        let Some(cursor) = self.cursor else {
-            return self.rebuild(repo, last);
-        };
-        if cursor >= last {
-            return Ok(());
-        }
-        let mut touched = BTreeSet::new();
-        for event in repo.events_since(Some(cursor))? {
-            let event = match event {
-                Ok(e) => e,
-                Err(RepoError::EventsPruned { .. }) => return self.rebuild(repo, last),
-                Err(e) => return Err(e),
-            };
-            // Our own frames: one that does not decode is a bug; rebuild
-            // rather than trust a partial view.
-            let Ok(Frame::Commit(commit)) = decode_frame(&event.frame) else {
-                return self.rebuild(repo, last);
-            };
-            // A `tooBig` event lists no ops: which messages it changed is
-            // not known, so read them all again.
-            if commit.too_big {
-                return self.rebuild(repo, last);
-            }
-            for op in &commit.ops {
-                if let Some(rkey) = op
-                    .path
-                    .strip_prefix(MESSAGE)
-                    .and_then(|r| r.strip_prefix('/'))
-                {
-                    touched.insert(rkey.to_owned());
+    /// Brings the index up to the repository's last event (a `tooBig`
+    /// commit's ops from `hints`, else a rebuild).
+    pub fn catch_up(&mut self, repo: &Repository, hints: &WriteHints) -> Result<(), RepoError> {
+        match self.follower.next(repo, |c| hints.get(c))? {
+            Changes::None => Ok(()),
+            Changes::Rebuild => self.rebuild(repo),
+            Changes::Ops(ops) => {
+                let touched: BTreeSet<String> = ops
+                    .into_iter()
+                    .filter_map(|(_, path)| {
+                        path.strip_prefix(MESSAGE)
+                            .and_then(|r| r.strip_prefix('/'))
+                            .map(str::to_owned)
+                    })
+                    .collect();
+                // The records as they are now: later commits of the same
+                // key are already in the repository.
+                for rkey in touched {
+                    let now = repo
+                        .get(MESSAGE, &rkey)?
+                        .map(|e| MessageMeta::from_value(e.cid.to_string(), &e.value));
+                    self.set(&rkey, now);
                 }
+                Ok(())
             }
         }
-        // The records as they are now: later commits of the same key are
-        // already in the repository.
-        for rkey in touched {
-            let now = repo
-                .get(MESSAGE, &rkey)?
-                .map(|e| MessageMeta::from_value(e.cid.to_string(), &e.value));
-            self.set(&rkey, now);
-        }
-        self.cursor = Some(last);
-        Ok(())
     }
 
-    fn rebuild(&mut self, repo: &Repository, last: u64) -> Result<(), RepoError> {
-        *self = ChatIndex::default();
+    fn rebuild(&mut self, repo: &Repository) -> Result<(), RepoError> {
+        // The follower already stands at the log's last event.
+        let follower = std::mem::take(&mut self.follower);
+        *self = ChatIndex {
+            follower,
+            ..ChatIndex::default()
+        };
         for item in repo.list(Some(MESSAGE))? {
             let (path, _) = item?;
             let rkey = &path[MESSAGE.len() + 1..];
@@ -127,7 +111,6 @@ impl ChatIndex {
                 self.set(rkey, Some(meta));
             }
         }
-        self.cursor = Some(last);
         Ok(())
     }
 
@@ -328,7 +311,7 @@ mod tests {
         let key = SigningKey::from_bytes(KeyAlgorithm::K256, &[3u8; 32]).unwrap();
         let mut repo = Repository::init_engine(engine, key).unwrap();
         let mut live = ChatIndex::default();
-        live.catch_up(&repo).unwrap();
+        live.catch_up(&repo, &WriteHints::default()).unwrap();
         let u1 = "3lbqzdw5pzk32";
         let u2 = "3lbqzdw5pzk42";
         let r10 = format!("{u1}.r0");
@@ -364,9 +347,9 @@ mod tests {
         let mut waiting_seen = Vec::new();
         for writes in steps {
             repo.apply(&writes).unwrap();
-            live.catch_up(&repo).unwrap();
+            live.catch_up(&repo, &WriteHints::default()).unwrap();
             let mut fresh = ChatIndex::default();
-            fresh.catch_up(&repo).unwrap();
+            fresh.catch_up(&repo, &WriteHints::default()).unwrap();
             assert_eq!(snapshot(&live), snapshot(&fresh));
             waiting_seen.push(snapshot(&live).1);
         }

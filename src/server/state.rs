@@ -19,6 +19,7 @@ use super::ratelimit::AttemptLimiter;
 use super::sessions::Sessions;
 use crate::chat::ChatStore;
 use crate::repo::repository::Repository;
+use crate::repo::repository::WriteHints;
 use crate::repo::tid::TidClock;
 
 /// Limits on requests and connections.
@@ -70,6 +71,9 @@ pub struct Core {
     pub blobs: BlobStore,
     /// The messages' clear fields, for the chat queries.
     chat_index: ChatIndex,
+    /// The ops of the latest commits written here, for the followers of
+    /// the event log (a `tooBig` commit's event lists none).
+    pub hints: WriteHints,
 }
 
 /// The repository alone (the server holds no chat key), or inside the
@@ -103,7 +107,7 @@ impl Core {
             Store::Keyless(repo) => repo,
             Store::Chats(chats) => chats.device().repo(),
         };
-        self.chat_index.catch_up(repo)?;
+        self.chat_index.catch_up(repo, &self.hints)?;
         Ok((&self.chat_index, repo))
     }
 
@@ -142,13 +146,14 @@ impl Core {
             store,
             blob_refs,
             blobs,
+            hints,
             ..
         } = self;
         let repo = match store {
             Store::Keyless(repo) => &**repo,
             Store::Chats(chats) => chats.device().repo(),
         };
-        match blob_refs.catch_up(repo) {
+        match blob_refs.catch_up(repo, hints) {
             Ok(dropped) => {
                 for cid in dropped {
                     if let Err(e) = blobs.delete(&cid) {
@@ -244,6 +249,7 @@ impl AppState {
             blob_refs,
             blobs: blobs.clone(),
             chat_index: ChatIndex::default(),
+            hints: WriteHints::default(),
         };
         let did = core.repo().did().to_owned();
         Arc::new(AppState {

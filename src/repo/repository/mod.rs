@@ -52,9 +52,11 @@
 //! current one. A block that existed at `since`, was deleted and was later
 //! created again counts as created later, so it is included.
 
+pub use self::follow::{Changes, Follower, WriteHints};
 mod check;
 mod events;
 mod export;
+mod follow;
 mod import;
 mod refs;
 mod replica;

@@ -48,8 +48,8 @@ use crate::chat::{ApprovalPolicy, AskFor, NoApproval, ReplyKey};
 use crate::device::records::DEVICE_COLLECTION as DEVICE;
 use crate::lexicon::chat::gel::assistant::key_wrap::NSID as KEY_WRAP;
 use crate::provider::ModelSpec;
-use crate::repo::events::{Frame, OpAction, decode_frame};
-use crate::repo::repository::RepoError;
+use crate::repo::events::OpAction;
+use crate::repo::repository::{Changes, Follower};
 
 /// How the assistant runs replies.
 #[derive(Debug, Clone)]
@@ -255,17 +255,18 @@ pub async fn watch(state: Arc<AppState>, assistant: Arc<Assistant>) {
     let mut commits = state.commits.subscribe();
     let mut stopping = state.stopping.subscribe();
     commits.borrow_and_update();
-    // `None`: scan every reply (at start, or after a failed read); then
+    // No cursor: scan every reply (at start, or after a failed read); then
     // follow the event log.
-    let mut cursor: Option<u64> = None;
+    let mut follower = Follower::new();
     loop {
         let deferred: Vec<String> = assistant.lock().deferred.iter().cloned().collect();
+        let looking = follower.clone();
         match state
-            .with_core(move |core| pending_replies(core, cursor, deferred))
+            .with_core(move |core| pending_replies(core, looking, deferred))
             .await
         {
             Ok(found) => {
-                cursor = Some(found.last);
+                follower = found.follower;
                 if found.retried {
                     assistant.lock().deferred.clear();
                 }
@@ -277,7 +278,7 @@ pub async fn watch(state: Arc<AppState>, assistant: Arc<Assistant>) {
             }
             Err(e) => {
                 tracing::error!("assistant: looking for pending replies: {}", e.message);
-                cursor = None;
+                follower = Follower::new();
             }
         }
         tokio::select! {
@@ -296,59 +297,37 @@ pub async fn watch(state: Arc<AppState>, assistant: Arc<Assistant>) {
 struct Found {
     /// Pending replies to run.
     pending: Vec<ReplyKey>,
-    /// The last event seq now.
-    last: u64,
+    /// The cursor after this look.
+    follower: Follower,
     /// Whether the deferred replies were looked at again.
     retried: bool,
 }
 
-/// The pending replies among the records written after event `cursor`
-/// (every one when `None`, when the events were pruned, or after a
-/// `tooBig` commit, which lists no ops), and the
-/// `deferred` ones again if key wraps or devices changed.
+/// The pending replies among the records the event log shows created since
+/// `follower`'s cursor (every one when the log cannot tell: see
+/// `Follower`; a `tooBig` commit written here is known from its hints),
+/// and the `deferred` ones again if key wraps or devices changed.
 fn pending_replies(
     core: &mut Core,
-    cursor: Option<u64>,
+    mut follower: Follower,
     deferred: Vec<String>,
 ) -> Result<Found, XrpcError> {
+    let hints = core.hints.clone();
     let repo = core.repo();
-    let last = repo.last_event_seq()?.unwrap_or(0);
     let mut keys = Vec::new();
     let mut refused = Vec::new();
-    let mut full_scan = cursor.is_none();
     let mut keys_changed = false;
-    if let Some(c) = cursor {
-        for event in repo.events_since(Some(c))? {
-            let event = match event {
-                Ok(e) => e,
-                Err(RepoError::EventsPruned { .. }) => {
-                    full_scan = true;
-                    break;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            let commit = match decode_frame(&event.frame) {
-                Ok(Frame::Commit(c)) if !c.too_big => c,
-                // A `tooBig` event lists no ops (and a frame that does not
-                // decode tells nothing): which replies it wrote is unknown,
-                // so every reply is looked at.
-                Ok(Frame::Commit(_)) | Err(_) => {
-                    full_scan = true;
-                    keys_changed = true;
-                    break;
-                }
-                Ok(_) => continue,
-            };
-            for op in &commit.ops {
-                keys_changed |= op.path.starts_with(KEY_WRAP) || op.path.starts_with(DEVICE);
-                let Some(rkey) = op
-                    .path
-                    .strip_prefix(MESSAGE)
-                    .and_then(|r| r.strip_prefix('/'))
+    let full_scan = match follower.next(repo, |c| hints.get(c))? {
+        Changes::Rebuild => true,
+        Changes::None => false,
+        Changes::Ops(ops) => {
+            for (action, path) in ops {
+                keys_changed |= path.starts_with(KEY_WRAP) || path.starts_with(DEVICE);
+                let Some(rkey) = path.strip_prefix(MESSAGE).and_then(|r| r.strip_prefix('/'))
                 else {
                     continue;
                 };
-                match op.action {
+                match action {
                     // A request is a reply created pending (create-if-absent).
                     OpAction::Create => keys.push(rkey.to_owned()),
                     // A record updated to pending is a finished reply turned
@@ -358,8 +337,9 @@ fn pending_replies(
                     OpAction::Delete => {}
                 }
             }
+            false
         }
-    }
+    };
     if full_scan {
         keys.clear();
         for item in repo.list(Some(MESSAGE))? {
@@ -395,7 +375,7 @@ fn pending_replies(
     }
     Ok(Found {
         pending,
-        last,
+        follower,
         retried,
     })
 }

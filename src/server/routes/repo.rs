@@ -194,10 +194,9 @@ fn commit(
     }
     check_blob_refs(core, &writes)?;
     let info = core.repo_mut().apply_with(&writes, swap_commit)?;
-    // The blob index reads the paths from the commit's event, which a
-    // `tooBig` commit lacks: give them here.
-    core.blob_refs
-        .hint(info.head.commit, info.ops.iter().map(|op| op.key.clone()));
+    // The event log's followers read the ops from the commit's event,
+    // which a `tooBig` commit lacks: keep them here.
+    core.hints.record(info.head.commit, &info.ops);
     let mut done = Vec::with_capacity(writes.len());
     for w in &writes {
         let cid = match w {
