@@ -117,8 +117,7 @@ impl AssistantEvent {
     /// only the model's id). Tool `args` that are not a valid lexicon
     /// `unknown` (non-integer numbers, which the atproto data model cannot
     /// hold; objects that read as bytes, links, blobs or a known `$type`
-    /// they do not match) are left out of the frame; the record keeps them
-    /// as JSON text.
+    /// they do not match) go as JSON text in `argsJson` instead.
     pub fn to_frame(&self, seq: i64, model: Option<&ModelRef>) -> SubscribeReplyMessage {
         let extra = Default::default;
         match self.clone() {
@@ -144,14 +143,22 @@ impl AssistantEvent {
                 tool,
                 args,
                 label,
-            } => SubscribeReplyMessage::ToolCall(sub::ToolCall {
-                seq,
-                call_id,
-                tool,
-                args: frame_args(args),
-                label,
-                extra: extra(),
-            }),
+            } => {
+                let text = (!args.is_null()).then(|| args.to_string());
+                let (args, args_json) = match frame_args(args) {
+                    Some(d) => (Some(d), None),
+                    None => (None, text),
+                };
+                SubscribeReplyMessage::ToolCall(sub::ToolCall {
+                    seq,
+                    call_id,
+                    tool,
+                    args,
+                    args_json,
+                    label,
+                    extra: extra(),
+                })
+            }
             AssistantEvent::ToolResult {
                 call_id,
                 tool,
@@ -218,6 +225,36 @@ mod tests {
     use super::*;
     use crate::lexicon::support::Validate;
     use serde_json::json;
+
+    #[test]
+    fn tool_call_args_the_data_model_cannot_hold_go_as_json_text() {
+        let call = |args: serde_json::Value| AssistantEvent::ToolCall {
+            call_id: "c1".into(),
+            tool: "mcp_calc_add".into(),
+            args,
+            label: None,
+        };
+        let SubscribeReplyMessage::ToolCall(f) =
+            call(json!({"a": 2.5, "b": [1, 0.125]})).to_frame(3, None)
+        else {
+            panic!("a toolCall frame")
+        };
+        assert!(f.args.is_none());
+        let text = f.args_json.as_deref().unwrap();
+        assert_eq!(
+            serde_json::from_str::<serde_json::Value>(text).unwrap(),
+            json!({"a": 2.5, "b": [1, 0.125]})
+        );
+        SubscribeReplyMessage::ToolCall(f.clone())
+            .validate()
+            .unwrap();
+        // Integers and strings go as data, with no text beside them.
+        let SubscribeReplyMessage::ToolCall(f) = call(json!({"a": 2, "q": "x"})).to_frame(4, None)
+        else {
+            panic!("a toolCall frame")
+        };
+        assert!(f.args.is_some() && f.args_json.is_none());
+    }
 
     #[test]
     fn wire_form_is_seed_000() {

@@ -267,10 +267,14 @@ pub struct ToolCall {
     pub seq: i64,
     pub call_id: String,
     pub tool: String,
-    /// The parsed arguments object.
+    /// The parsed arguments object. Left out when the data model cannot hold it (a non-integer number, say); argsJson then carries it.
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub args: Option<support::Data>,
+    /// The arguments as JSON text, exactly as the call stored them: set when args cannot be sent as data-model values.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args_json: Option<String>,
     /// One line describing the action, for display.
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -291,6 +295,10 @@ impl support::Validate for ToolCall {
         if let Some(v) = &self.args {
             let p = path.key("args");
             support::unknown(v, crate::lexicon::validate_by_type, &p, errors);
+        }
+        if let Some(v) = &self.args_json {
+            let p = path.key("argsJson");
+            support::max_length(v.as_str(), 200000, &p, errors);
         }
         if let Some(v) = &self.label {
             let p = path.key("label");
