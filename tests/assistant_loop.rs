@@ -333,6 +333,27 @@ fn a_gated_call_waits_then_runs_after_approval_and_the_loop_continues() {
         event_types(&ran.events).last().map(String::as_str),
         Some("confirm_required")
     );
+    // The words come from what the MCP server says of the tool.
+    let Some(AssistantEvent::ConfirmRequired {
+        label,
+        confirmation,
+        ..
+    }) = ran.events.last()
+    else {
+        panic!("confirm_required last")
+    };
+    assert_eq!(
+        label.as_deref(),
+        Some(r#"Echo Tool {"message":"sealed hello"}"#)
+    );
+    assert_eq!(
+        confirmation.target,
+        r#"Echo Tool {"message":"sealed hello"}"#
+    );
+    assert_eq!(
+        confirmation.consequence,
+        "The assistant runs 'Echo Tool' on the MCP server everything: it only reads."
+    );
     assert_eq!(mock.received().len(), 1, "no second turn while waiting");
 
     let answer = h

@@ -35,7 +35,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 
 pub use self::tools::{McpConfigError, McpServers, ServerConfig, ToolHost};
-use crate::chat::approval::{Decision, Resolution};
+use crate::chat::approval::{Decision, MAX_WORDS, Resolution, truncate_words};
+use crate::chat::assemble::FinishedCall;
 use crate::chat::store::{LineRun, PendingReply, begin_reply, settle_answer};
 use crate::chat::{
     ApprovalPolicy, AssistantEvent, AssistantMessageEvent, ChatRecord, End, Finished, StreamLine,
@@ -45,7 +46,7 @@ use crate::lexicon::chat::gel::assistant::defs::{
     GenerationRequest, ModelRef, PlainContentPartsItem,
 };
 use crate::lexicon::chat::gel::assistant::message::{MessageRole, MessageStopReason};
-use crate::lexicon::chat::gel::assistant::subscribe_reply::ErrorCode;
+use crate::lexicon::chat::gel::assistant::subscribe_reply::{Confirmation, ErrorCode};
 use crate::provider::http::ProviderClient;
 use crate::provider::{
     Conversation, Finish, ModelSpec, Output, ProviderConfig, ProviderError, SpecError, ToolSpec,
@@ -199,11 +200,14 @@ impl Agent {
                 }
             }
         };
-        let (mut run, first) =
-            match begin_reply(job.pending, job.policy.clone(), settled.as_deref()) {
-                Ok(r) => r,
-                Err(e) => return fail_now(ErrorCode::Internal, e.to_string()),
-            };
+        let policy: Arc<dyn ApprovalPolicy + Send + Sync> = Arc::new(Described {
+            inner: job.policy.clone(),
+            tools: self.tools.clone(),
+        });
+        let (mut run, first) = match begin_reply(job.pending, policy, settled.as_deref()) {
+            Ok(r) => r,
+            Err(e) => return fail_now(ErrorCode::Internal, e.to_string()),
+        };
         for e in &first {
             publish.publish(e, None);
         }
@@ -392,6 +396,46 @@ impl Agent {
             .buffered(self.options.tool_jobs.max(1))
             .collect()
             .await
+    }
+}
+
+/// The job's approval rule, with the words a user is shown taken from what
+/// the MCP server says of the tool (its title and annotations): the
+/// `tool_call` label and the `confirm_required` target and consequence.
+struct Described {
+    inner: Arc<dyn ApprovalPolicy + Send + Sync>,
+    tools: Arc<ToolHost>,
+}
+
+impl Described {
+    fn shown(&self, call: &FinishedCall) -> Option<(String, &tools::ToolInfo)> {
+        let info = self.tools.info(&call.name)?;
+        let title = info.title.clone().unwrap_or_else(|| call.name.clone());
+        Some((title, info))
+    }
+}
+
+impl ApprovalPolicy for Described {
+    fn needs_approval(&self, call: &FinishedCall) -> bool {
+        self.inner.needs_approval(call)
+    }
+
+    fn confirmation(&self, call: &FinishedCall) -> Confirmation {
+        match self.shown(call) {
+            None => self.inner.confirmation(call),
+            Some((title, info)) => Confirmation {
+                target: truncate_words(&format!("{title} {}", call.arguments), MAX_WORDS),
+                consequence: truncate_words(&info.consequence(&format!("'{title}'")), MAX_WORDS),
+                extra: Default::default(),
+            },
+        }
+    }
+
+    fn label(&self, call: &FinishedCall) -> Option<String> {
+        match self.shown(call) {
+            None => self.inner.label(call),
+            Some((title, _)) => Some(truncate_words(&format!("{title} {}", call.arguments), 200)),
+        }
     }
 }
 

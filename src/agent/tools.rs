@@ -153,6 +153,7 @@ struct HostedTool {
     tool: String,
     spec: ToolSpec,
     source: String,
+    info: ToolInfo,
     /// `None` when the schema does not compile here (a remote `$ref`):
     /// the server then checks the arguments itself.
     validator: Option<jsonschema::Validator>,
@@ -170,6 +171,39 @@ impl std::fmt::Debug for ToolHost {
         f.debug_struct("ToolHost")
             .field("tools", &self.tools.keys().collect::<Vec<_>>())
             .finish_non_exhaustive()
+    }
+}
+
+/// What a server says of one tool: its title and its annotations (hints,
+/// which the server may get wrong: they only shape the words a user is
+/// shown, never whether a call waits).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolInfo {
+    pub server: String,
+    pub title: Option<String>,
+    pub read_only: Option<bool>,
+    pub destructive: Option<bool>,
+    pub open_world: Option<bool>,
+}
+
+impl ToolInfo {
+    /// What running it does, in a sentence for a confirmation.
+    pub fn consequence(&self, shown: &str) -> String {
+        let effect = match (self.read_only, self.destructive) {
+            (Some(true), _) => "it only reads",
+            (_, Some(true)) => "it may change or delete data",
+            (_, Some(false)) => "it may change data, but not delete any",
+            _ => "the server does not say what it changes",
+        };
+        let world = if self.open_world == Some(true) {
+            ", and it reaches outside the server"
+        } else {
+            ""
+        };
+        format!(
+            "The assistant runs {shown} on the MCP server {}: {effect}{world}.",
+            self.server
+        )
     }
 }
 
@@ -261,6 +295,18 @@ impl ToolHost {
             let schema = Value::Object((*tool.input_schema).clone());
             let offered = offered_name(name, &tool.name);
             let validator = jsonschema::validator_for(&schema).ok();
+            let hints = tool.annotations.as_ref();
+            let info = ToolInfo {
+                server: name.to_owned(),
+                title: tool
+                    .title
+                    .clone()
+                    .or_else(|| hints.and_then(|a| a.title.clone()))
+                    .filter(|t| !t.trim().is_empty()),
+                read_only: hints.and_then(|a| a.read_only_hint),
+                destructive: hints.and_then(|a| a.destructive_hint),
+                open_world: hints.and_then(|a| a.open_world_hint),
+            };
             self.tools.insert(
                 offered.clone(),
                 HostedTool {
@@ -272,6 +318,7 @@ impl ToolHost {
                         input_schema: schema,
                     },
                     source: config.source(),
+                    info,
                     validator,
                 },
             );
@@ -288,6 +335,11 @@ impl ToolHost {
     /// The spec of the tool offered as `name`.
     pub fn spec(&self, name: &str) -> Option<&ToolSpec> {
         self.tools.get(name).map(|t| &t.spec)
+    }
+
+    /// What the server says of the tool offered as `name`.
+    pub fn info(&self, name: &str) -> Option<&ToolInfo> {
+        self.tools.get(name).map(|t| &t.info)
     }
 
     /// The `source` a call to `name` records.
@@ -483,6 +535,28 @@ mod tests {
             long.len()
         )));
         assert_eq!(cut_output("short".into()), "short");
+    }
+
+    #[test]
+    fn consequences_follow_the_annotations() {
+        let info = |read_only, destructive, open_world| ToolInfo {
+            server: "fs".into(),
+            title: None,
+            read_only,
+            destructive,
+            open_world,
+        };
+        let say = |i: ToolInfo| i.consequence("'Write File'");
+        assert_eq!(
+            say(info(Some(false), Some(true), Some(false))),
+            "The assistant runs 'Write File' on the MCP server fs: it may change or delete data."
+        );
+        assert!(say(info(Some(true), None, None)).ends_with("it only reads."));
+        assert!(
+            say(info(None, None, Some(true)))
+                .ends_with("does not say what it changes, and it reaches outside the server.")
+        );
+        assert!(say(info(None, Some(false), None)).contains("but not delete any"));
     }
 
     #[test]
