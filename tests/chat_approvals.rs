@@ -1,4 +1,4 @@
-//! The approval lifecycle end to end over records (DESIGN §5): a reply
+//! The approval lifecycle end to end over records (see docs/chat.md): a reply
 //! waits, an answer is checked (with the named refusals), the calls are
 //! settled and repeated in the reply to the answer, and the thread view
 //! shows the resolved copies in place of the waiting ones.

@@ -1,5 +1,5 @@
 //! `chat::ChatStore`: chats, messages and replies sealed into a data
-//! folder's repository, with the reply lifecycle's guarantees (DESIGN §3).
+//! folder's repository, with the reply lifecycle's guarantees (see docs/chat.md).
 
 use std::path::Path;
 use std::sync::{Arc, Barrier, Mutex};

@@ -1,5 +1,5 @@
 //! Two devices of one account through the real reference PDS (tests/pds,
-//! started by tests/common_pds): the replica role of DESIGN §7 — each
+//! started by tests/common_pds): the replica role (docs/sync.md) — each
 //! store mirrors the account's repository, pushes its own writes and
 //! merges the other device's — pairing through the PDS, an approval
 //! answered on the second device, `sync status`, and a pulled record that

@@ -233,7 +233,7 @@ fn device_chat_sync_verify_and_resync(pds: Peer) {
     assert_eq!(report["push"]["unchanged"], 0);
     assert_eq!(report["pull"]["our_records"], ours as u64);
     assert_eq!(report["pull"]["data_matches"], true, "{report}");
-    // DESIGN §7: the PDS's MST root is the one computed here over the same
+    // The replica check: the PDS's MST root is the one computed here over the same
     // records (the test account holds nothing else).
     assert_eq!(report["pull"]["records"], ours as u64, "{report}");
     assert_eq!(report["pull"]["data"], root.to_string());

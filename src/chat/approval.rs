@@ -1,4 +1,4 @@
-//! Tool approvals as records (DESIGN §5), pure logic.
+//! Tool approvals as records (see docs/chat.md), pure logic.
 //!
 //! 1. **Policy.** The caller says which calls need approval
 //!    ([`ApprovalPolicy`]: [`NoApproval`], [`AskFor`] a set of tool names,

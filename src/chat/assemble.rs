@@ -1,4 +1,4 @@
-//! Stream in (DESIGN §4): builds the parts of one model turn from
+//! Stream in (see fixtures/streams/README.md): builds the parts of one model turn from
 //! [`AssistantMessageEvent`]s.
 //!
 //! - One part per `contentIndex`. A part starts with `*_start`; starts come

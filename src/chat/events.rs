@@ -1,4 +1,4 @@
-//! Stream out (DESIGN §4, seed 000): `AssistantEvent`, what a live client
+//! Stream out (see fixtures/streams/README.md): `AssistantEvent`, what a live client
 //! sees of a reply while it is generated, as JSON with a `type` tag.
 //!
 //! - `text_delta` (`messageId`, `text`): a chunk of text; `message`

@@ -1,4 +1,4 @@
-//! The input stream (DESIGN §4, seed 002): `AssistantMessageEvent`, one
+//! The input stream (see fixtures/streams/README.md): `AssistantMessageEvent`, one
 //! step of a model's streamed reply, as JSON lines; and [`StreamLine`], the
 //! line format of a whole run (the seed's events plus the few lines that
 //! carry what the seed's events do not: provider data, the model, the end

@@ -1,4 +1,4 @@
-//! Record keys of `chat.gel.assistant.message` (DESIGN §3).
+//! Record keys of `chat.gel.assistant.message` (see docs/chat.md).
 //!
 //! A user message's key is a TID. A reply's key is the user message's key,
 //! `.r`, and the attempt number in decimal without zero padding:

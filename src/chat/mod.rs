@@ -1,4 +1,4 @@
-//! The chat core (DESIGN §3–§5): pure logic over the generated
+//! The chat core (see docs/chat.md): pure logic over the generated
 //! `chat.gel.assistant` types, with no storage and no sealing.
 //!
 //! | module | job |

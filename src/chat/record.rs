@@ -1,6 +1,6 @@
 //! The records the chat core reads and writes: `chat.gel.assistant.message`
 //! with its content already opened (sealing is `seal`'s job), and the few
-//! constructors the reply lifecycle needs (DESIGN §3).
+//! constructors the reply lifecycle needs (see docs/chat.md).
 
 use crate::lexicon::chat::gel::assistant::defs::{GenerationRequest, PlainContent};
 use crate::lexicon::chat::gel::assistant::message::{Message, MessageRole, MessageStatus};

@@ -1,4 +1,4 @@
-//! One reply's run (DESIGN §3–§5): feed the model's events in, get the
+//! One reply's run (see docs/chat.md): feed the model's events in, get the
 //! live events out, and finish with the fields that fill the pending reply
 //! record.
 //!

@@ -1,4 +1,4 @@
-//! Chats kept in a data folder (DESIGN §3–§6): the chat core joined to a
+//! Chats kept in a data folder (see docs/chat.md): the chat core joined to a
 //! [`Device`] (sealing, keys) and its [`Repository`](crate::repo::repository::Repository).
 //!
 //! Unlike the rest of `chat`, this module does I/O: it is the one place

@@ -1,4 +1,4 @@
-//! The thread view (DESIGN §3, §5): a chat's message records, opened, as
+//! The thread view (see docs/chat.md): a chat's message records, opened, as
 //! the tree readers show.
 //!
 //! - A user message (TID key) holds its replies (`{key}.r{n}`), ordered by

@@ -953,7 +953,7 @@ pub fn join(dir: impl AsRef<Path>, car: &Path) -> Result<JoinOutcome, DeviceErro
 /// the pairing wrap into its own repository. The records are sealed for
 /// the first device's DID, which is `account_did` if given, else the
 /// repository's own or one named by the `chat` at-uri of a message in it.
-/// TODO(issue 7): once stores re-seal for the account's DID (DESIGN §6),
+/// TODO(issue 7): once stores re-seal for the account's DID (see docs/sealing.md),
 /// that DID comes from the login and the guess goes.
 pub fn join_synced(
     dir: impl AsRef<Path>,

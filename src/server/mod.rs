@@ -1,5 +1,5 @@
 //! `gelstore serve`: an XRPC server over one data folder's repository, for
-//! standard atproto clients (DESIGN §9).
+//! standard atproto clients (see docs/server.md).
 //!
 //! | module | job |
 //! |---|---|

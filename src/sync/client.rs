@@ -539,7 +539,7 @@ impl Session {
     }
 }
 
-/// The replica's calls (DESIGN §7): the remote head, `since` pulls and the
+/// The replica's calls (see docs/sync.md): the remote head, `since` pulls and the
 /// commit block of a push.
 impl Session {
     fn did_param(&self, method: &'static str) -> Result<Did, SyncError> {

@@ -1,4 +1,4 @@
-//! Merging a verified pull into the local store (DESIGN §7/§8).
+//! Merging a verified pull into the local store (see docs/sync.md).
 //!
 //! Only keys whose remote CID changed since the mirrored head are looked
 //! at; for each, with `old` the mirrored CID, `remote` the new one and

@@ -1,4 +1,4 @@
-//! The mirror of the account's remote repository (DESIGN §7, replica role)
+//! The mirror of the account's remote repository (see docs/sync.md)
 //! and how it is brought up to the PDS's head.
 //!
 //! The mirror is kept in the store ([`SyncState`], rows of

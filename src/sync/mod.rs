@@ -1,5 +1,5 @@
-//! Sync with a PDS (DESIGN §8), the store in the replica role of DESIGN
-//! §7: it mirrors the account's repository on the PDS and applies its own
+//! Sync with a PDS (see docs/sync.md), the store in the replica
+//! role: it mirrors the account's repository on the PDS and applies its own
 //! writes on top.
 //!
 //! One [`sync`] run:
@@ -37,8 +37,7 @@
 //! against the mirrored head, MST diffs for the counts.
 //!
 //! Not done here (issue 7): blobs,
-//! re-sealing a store linked to a did:key for the account's DID (DESIGN
-//! §6; until then a device that joins through the PDS seals for the first
+//! re-sealing a store linked to a did:key for the account's DID (until then a device that joins through the PDS seals for the first
 //! device's DID, see `device::join_synced`).
 
 mod auth;
@@ -173,7 +172,7 @@ pub enum SyncError {
         /// The PDS's.
         remote: String,
     },
-    /// DESIGN §7's check failed: the commit the PDS made for a push has
+    /// The data check failed (docs/sync.md): the commit the PDS made for a push has
     /// another MST root than the one computed here over the mirror with the
     /// same writes. The mirror is re-pulled in full before this is returned.
     #[error(
@@ -313,7 +312,7 @@ pub struct PullReport {
     /// The MST root computed locally over our records (as pushed) plus the
     /// PDS's records of other collections.
     pub expected_data: String,
-    /// Whether `expected_data == data` (DESIGN §7).
+    /// Whether `expected_data == data` (see docs/sync.md).
     pub data_matches: bool,
 }
 
@@ -453,7 +452,7 @@ fn check_cid(key: &str, local: &Cid, remote: &str) -> Result<(), SyncError> {
 /// Pushes the local records whose CID differs from the mirror's, in
 /// `applyWrites` batches pinned to the mirrored head (`swapCommit`). After
 /// each batch the PDS's new commit is fetched and its `data` must equal the
-/// root computed here over the mirror with the batch applied (DESIGN §7);
+/// root computed here over the mirror with the batch applied (see docs/sync.md);
 /// the mirror then moves to that commit: the batch's rows and the new head
 /// in one store batch ([`SyncState::save_keys`]). Counts go into `report`
 /// as batches land.
@@ -828,7 +827,7 @@ fn pull_merge(
 const PUSH_ATTEMPTS: usize = 3;
 
 /// Logs in, pulls and merges the other devices' records, pushes this
-/// store's changes (checking each new commit's `data`, DESIGN §7), and
+/// store's changes (checking each new commit's `data`), and
 /// brings the mirror to the final head. A `DataMismatch` re-pulls the
 /// mirror in full and is returned.
 pub fn sync(data: &Path, opts: &SyncOptions) -> Result<SyncReport, SyncError> {

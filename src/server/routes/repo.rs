@@ -79,7 +79,7 @@ fn cid_param(what: &str, s: Option<&str>) -> Result<Option<Cid>, XrpcError> {
 }
 
 fn check_validate(collection: &str, validate: Option<bool>) -> Result<(), XrpcError> {
-    // Records of known lexicons are always validated (DESIGN §9); asking
+    // Records of known lexicons are always validated (see docs/server.md); asking
     // for validation of a collection we have no lexicon for is an error,
     // as on the reference PDS.
     if validate == Some(true) && known_lexicons().get(collection).is_none() {
