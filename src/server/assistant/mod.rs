@@ -312,7 +312,7 @@ fn pending_replies(
     mut follower: Follower,
     deferred: Vec<String>,
 ) -> Result<Found, XrpcError> {
-    let hints = core.hints.clone();
+    let hints = &core.hints;
     let repo = core.repo();
     let mut keys = Vec::new();
     let mut refused = Vec::new();

@@ -91,22 +91,8 @@ pub(super) async fn run_reply(
             Ok(prepare(chats, key).map_err(|e| e.to_string()))
         })
         .await;
-    let prepared = match prepared {
-        Ok(Ok(Some(p))) => p,
-        Ok(Ok(None)) => {
-            assistant.release(&key.to_string());
-            return;
-        }
-        Ok(Err(reason)) => {
-            tracing::warn!("assistant: reply {key} not run: {reason}");
-            assistant.release(&key.to_string());
-            return;
-        }
-        Err(e) => {
-            tracing::error!("assistant: reply {key}: {}", e.message);
-            assistant.release(&key.to_string());
-            return;
-        }
+    let Some(prepared) = taken(&assistant, key, prepared) else {
+        return;
     };
     let mut out = Publisher { log };
     let (finished, end_events, model) = generate(&assistant, &prepared, &mut out).await;
@@ -121,6 +107,27 @@ pub(super) async fn run_reply(
         model,
     )
     .await;
+}
+
+/// The inputs a run read under the lock, or `None` after giving the claim
+/// up: the reply is not pending any more, does not open here (left to
+/// another device, looked at again when key wraps come), or could not be
+/// read.
+fn taken<T>(
+    assistant: &Assistant,
+    key: ReplyKey,
+    read: Result<Result<Option<T>, String>, crate::server::error::XrpcError>,
+) -> Option<T> {
+    match read {
+        Ok(Ok(Some(t))) => return Some(t),
+        Ok(Ok(None)) => tracing::info!(
+            "assistant: reply {key} not run here (finished, or its message does not open)"
+        ),
+        Ok(Err(reason)) => tracing::warn!("assistant: reply {key} not run: {reason}"),
+        Err(e) => tracing::error!("assistant: reply {key}: {}", e.message),
+    }
+    assistant.release(&key.to_string());
+    None
 }
 
 /// A reply run by the built-in loop.
@@ -147,25 +154,8 @@ async fn run_with_agent(
                 .map_err(|e| e.to_string()))
         })
         .await;
-    let (pending, inputs) = match read {
-        Ok(Ok(Some(i))) => i,
-        Ok(Ok(None)) => {
-            tracing::info!(
-                "assistant: reply {key}: its message does not open here; left to another device"
-            );
-            assistant.release(&key.to_string());
-            return;
-        }
-        Ok(Err(reason)) => {
-            tracing::warn!("assistant: reply {key} not run: {reason}");
-            assistant.release(&key.to_string());
-            return;
-        }
-        Err(e) => {
-            tracing::error!("assistant: reply {key}: {}", e.message);
-            assistant.release(&key.to_string());
-            return;
-        }
+    let Some((pending, inputs)) = taken(&assistant, key, read) else {
+        return;
     };
     let mut out = Publisher { log };
     let host = HostChoices {
