@@ -147,6 +147,7 @@ fn main() {
                 &psk,
                 &[1u8; 32],
                 "2025-11-29T19:41:00.000Z".into(),
+                None,
                 &mut rng,
             )
             .unwrap(),
@@ -161,11 +162,12 @@ fn main() {
         &psk,
         &[1u8; 32],
         "2025-11-29T19:41:00.000Z".into(),
+        None,
         &mut rng,
     )
     .unwrap();
     let unwrap_time = measure(|| {
-        black_box(open_wrap(did, &wrap, &secret, &psk).unwrap());
+        black_box(open_wrap(did, &wrap, &secret, &psk, None).unwrap());
     });
     println!(
         "  wrap                         {:>10.1} µs",

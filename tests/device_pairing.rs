@@ -433,11 +433,11 @@ fn a_device_record_planted_without_pairing_opens_nothing() {
     // pairing request finds no wrap it can open.
     let copy = Repository::open(&c).unwrap();
     assert!(copy.get(CHAT, "3lchataaaaaa2").unwrap().is_some());
-    let wraps = gelstore::device::records::KeyRecords::read(&copy)
+    let keys = gelstore::device::records::KeyRecords::read(&copy)
         .unwrap()
-        .wraps;
+        .keys;
     let real = gelstore::seal::PairingRequest::from_code(code);
-    assert!(gelstore::seal::Keyring::join(&did, "3lplan7edaaa2", c_key, &real, &wraps).is_err());
+    assert!(gelstore::seal::Keyring::join(&did, "3lplan7edaaa2", c_key, &real, &keys).is_err());
 }
 
 fn contains(haystack: &[u8], needle: &[u8]) -> bool {

@@ -186,6 +186,8 @@ fn records_know_their_nsid_and_key_and_write_their_type() {
     assert!(chat::Chat::KEY.check("self").is_err());
     let device = device::Device {
         public_key: support::Bytes(vec![7; 32]),
+        signing_key: None,
+        signing_key_proof: None,
         name: None,
         created_at: support::Datetime::new("2025-11-29T19:41:00.000Z").unwrap(),
         extra: Default::default(),

@@ -18,6 +18,8 @@ use gelstore::repo::repository::{Repository, Write};
 use serde_json::{Value, json};
 
 const KEY_WRAP: &str = "chat.gel.assistant.keyWrap";
+const MEMBERSHIP: &str = "chat.gel.assistant.membership";
+const DEVICE: &str = "chat.gel.assistant.device";
 
 fn json_of(text: &str) -> Value {
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
@@ -103,6 +105,11 @@ fn attacker(peer: &Peer) -> String {
 }
 
 fn key_wraps(peer: &Peer) -> Vec<Value> {
+    records(peer, KEY_WRAP)
+}
+
+/// Every record of `collection` on the PDS, as `listRecords` gives them.
+fn records(peer: &Peer, collection: &str) -> Vec<Value> {
     let mut out = Vec::new();
     let mut cursor = String::new();
     loop {
@@ -112,7 +119,7 @@ fn key_wraps(peer: &Peer) -> Vec<Value> {
             None,
             None,
             &format!(
-                "?repo={}&collection={KEY_WRAP}&limit=100{cursor}",
+                "?repo={}&collection={collection}&limit=100{cursor}",
                 peer.did_param()
             ),
         );
@@ -208,13 +215,26 @@ fn deleting_the_new_epochs_wraps_does_not_undo_a_removal(peer: Peer) {
         );
     }
     assert!(key_wraps(&peer).iter().all(|w| w["value"]["epoch"] != 1));
+    // And the signed change that started epoch 1.
+    let changes: Vec<Value> = records(&peer, MEMBERSHIP)
+        .into_iter()
+        .filter(|c| c["value"]["epoch"] == 1)
+        .collect();
+    assert_eq!(changes.len(), 1);
+    xrpc(
+        &peer,
+        "com.atproto.repo.deleteRecord",
+        Some(&token),
+        Some(&json!({"repo": peer.did, "collection": MEMBERSHIP, "rkey": rkey_of(&changes[0])})),
+        "",
+    );
 
-    // Each device refuses the deletions, keeps its wraps and says so; the
-    // first to sync puts them back on the PDS.
+    // Each device refuses the deletions, keeps its records and says so;
+    // the first to sync puts them back on the PDS.
     let (report, message) = sync_refused(b, &peer);
     assert_eq!(
         report["merged"]["refused"].as_array().unwrap().len(),
-        newer.len(),
+        newer.len() + 1,
         "{report}"
     );
     assert!(message.contains("undo a device removal"), "{message}");
@@ -224,6 +244,13 @@ fn deleting_the_new_epochs_wraps_does_not_undo_a_removal(peer: Peer) {
         .filter(|w| w["value"]["epoch"] == 1)
         .count();
     assert_eq!(back, newer.len(), "the refused records are pushed back");
+    assert_eq!(
+        records(&peer, MEMBERSHIP)
+            .iter()
+            .filter(|c| c["value"]["epoch"] == 1)
+            .count(),
+        1
+    );
     sync(a, &peer);
     assert_eq!(epoch(a), 1);
 
@@ -460,7 +487,204 @@ fn a_reply_stripped_of_its_content_is_refused_and_shown_tampered(peer: Peer) {
     assert!(human.contains("tampered"), "{human}");
 }
 
+/// Attack 3: a removed device signs a change from before its removal (it
+/// had not synced since): it removes the phone, so that only it and the
+/// laptop would hold the next key. Its signature is valid, but its side of
+/// the fork is disputed (the laptop removed it, it did not remove the
+/// laptop): every device keeps the laptop's removal, the phone stays
+/// admitted, nothing forks, and the tablet reads nothing written after.
+fn a_removed_device_forging_a_change_from_before_its_removal_changes_nothing(peer: Peer) {
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (a, b, tablet) = (dirs[0].path(), dirs[1].path(), dirs[2].path());
+    ok(a, &["device", "init", "--name", "laptop"]);
+    let chat = ok(a, &["chat", "new"]).trim().to_owned();
+    ok(a, &["chat", "send", "--chat", &chat, "before"]);
+    sync(a, &peer);
+    let b_id = pair(a, b, "phone", &peer);
+    let tablet_id = pair(a, tablet, "tablet", &peer);
+    sync(b, &peer);
+    ok(a, &["device", "remove", &tablet_id]);
+    sync(a, &peer);
+    // The tablet, not yet aware, removes the phone and pushes it.
+    ok(tablet, &["device", "remove", &b_id]);
+    sync(tablet, &peer);
+    for device in [a, b] {
+        sync(device, &peer);
+        let ls = json_of(&ok(device, &["device", "ls", "--format", "json"]));
+        assert!(ls["fork"].is_null(), "{ls}");
+        assert_eq!(ls["epoch"], 1, "{ls}");
+        let status = |id: &str| {
+            ls["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|d| d["id"] == id)
+                .map(|d| d["status"].as_str().unwrap().to_owned())
+                .unwrap()
+        };
+        assert_eq!(status(&b_id), "admitted", "{ls}");
+        assert_eq!(status(&tablet_id), "removed", "{ls}");
+    }
+    ok(
+        b,
+        &["chat", "send", "--chat", &chat, "SECRET-AFTER-THE-FORGERY"],
+    );
+    sync(b, &peer);
+    sync(a, &peer);
+    assert!(shown(a, &chat).contains("SECRET-AFTER-THE-FORGERY"));
+    sync(tablet, &peer);
+    let seen = shown(tablet, &chat);
+    assert!(seen.contains("before"), "{seen}");
+    assert!(!seen.contains("SECRET-AFTER-THE-FORGERY"), "{seen}");
+    // It holds only the key it made itself, which nobody else takes, and
+    // may seal nothing.
+    let human = ok(tablet, &["device", "ls"]);
+    assert!(human.contains("this device was removed"), "{human}");
+    let out = gel(
+        tablet,
+        &["chat", "send", "--chat", &chat, "from the tablet"],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("not admitted"), "{stderr}");
+}
+
+/// Attack 5: records that verify nothing change nothing a user sees: a
+/// key wrap claiming epoch 99, and a second device record with a pending
+/// device's public key (and a signing key of the attacker's) placed ahead
+/// of the real one, hoping the approval goes to it.
+fn planted_records_change_nothing_a_user_sees(peer: Peer) {
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (a, b) = (dirs[0].path(), dirs[1].path());
+    ok(a, &["device", "init", "--name", "laptop"]);
+    let chat = ok(a, &["chat", "new"]).trim().to_owned();
+    sync(a, &peer);
+    let token = attacker(&peer);
+
+    // A wrap of "epoch 99".
+    let mut wrap = key_wraps(&peer)[0]["value"].clone();
+    wrap["epoch"] = 99.into();
+    wrap["keyId"] = "account:99:ffffffffffffffff".into();
+    xrpc(
+        &peer,
+        "com.atproto.repo.createRecord",
+        Some(&token),
+        Some(&json!({"repo": peer.did, "collection": KEY_WRAP, "record": wrap})),
+        "",
+    );
+    sync(a, &peer);
+    let ls = json_of(&ok(a, &["device", "ls", "--format", "json"]));
+    assert_eq!(
+        (&ls["epoch"], &ls["newestEpoch"]),
+        (&json!(0), &json!(0)),
+        "{ls}"
+    );
+    let human = ok(a, &["device", "ls"]);
+    assert!(!human.contains("removed"), "{human}");
+    ok(a, &["chat", "send", "--chat", &chat, "still sealing"]);
+
+    // A pending phone publishes its record; the attacker plants another
+    // with the same public key, its own signing key and a made-up proof,
+    // under a record key that sorts first.
+    let paired = json_of(&ok(
+        b,
+        &[
+            "device",
+            "pair",
+            "--publish",
+            "--name",
+            "phone",
+            "--format",
+            "json",
+        ],
+    ));
+    let code = paired["code"].as_str().unwrap().to_owned();
+    sync(b, &peer);
+    let real = records(&peer, DEVICE)
+        .into_iter()
+        .find(|d| {
+            d["uri"]
+                .as_str()
+                .unwrap()
+                .ends_with(paired["device"].as_str().unwrap())
+        })
+        .unwrap();
+    let mut planted = real["value"].clone();
+    planted["signingKey"] = "did:key:zDnaerDaTF5BXEavCrfRZEk316dpbLsfPDZ3WJ5hRTPFU2169".into();
+    planted["signingKeyProof"] = json!({"$bytes": "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"});
+    xrpc(
+        &peer,
+        "com.atproto.repo.createRecord",
+        Some(&token),
+        Some(
+            &json!({"repo": peer.did, "collection": DEVICE, "rkey": "2222222222222", "record": planted}),
+        ),
+        "",
+    );
+    sync(a, &peer);
+    ok(a, &["device", "approve", &code]);
+    sync(a, &peer);
+    sync(b, &peer);
+    ok(b, &["device", "join"]);
+    let ls = json_of(&ok(a, &["device", "ls", "--format", "json"]));
+    let status = |id: &str| {
+        ls["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["id"] == id)
+            .map(|d| d["status"].as_str().unwrap().to_owned())
+            .unwrap()
+    };
+    assert_eq!(
+        status(paired["device"].as_str().unwrap()),
+        "admitted",
+        "{ls}"
+    );
+    assert_eq!(status("2222222222222"), "not-admitted", "{ls}");
+    assert!(shown(b, &chat).contains("still sealing"));
+
+    // The real record rewritten with the attacker's signing key: approval
+    // is refused, by name, rather than admitting a key the phone never had.
+    let dirs2: Vec<tempfile::TempDir> = (0..1).map(|_| tempfile::tempdir().unwrap()).collect();
+    let c = dirs2[0].path();
+    let paired = json_of(&ok(
+        c,
+        &[
+            "device",
+            "pair",
+            "--publish",
+            "--name",
+            "tablet",
+            "--format",
+            "json",
+        ],
+    ));
+    sync(c, &peer);
+    let rkey = paired["device"].as_str().unwrap();
+    let mut swapped = records(&peer, DEVICE)
+        .into_iter()
+        .find(|d| d["uri"].as_str().unwrap().ends_with(rkey))
+        .unwrap()["value"]
+        .clone();
+    swapped["signingKey"] = planted["signingKey"].clone();
+    xrpc(
+        &peer,
+        "com.atproto.repo.putRecord",
+        Some(&token),
+        Some(&json!({"repo": peer.did, "collection": DEVICE, "rkey": rkey, "record": swapped})),
+        "",
+    );
+    sync(a, &peer);
+    let out = gel(a, &["device", "approve", paired["code"].as_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("signingKeyProof"), "{stderr}");
+}
+
 on_both_peers!(
+    a_removed_device_forging_a_change_from_before_its_removal_changes_nothing,
+    planted_records_change_nothing_a_user_sees,
     a_reply_stripped_of_its_content_is_refused_and_shown_tampered,
     deleting_the_new_epochs_wraps_does_not_undo_a_removal,
     a_device_never_seals_below_the_epoch_it_held,

@@ -8,8 +8,8 @@ mod seal_rng;
 use gelstore::model::now_datetime;
 use gelstore::model::{ipld_to_json, record_from_json};
 use gelstore::seal::{
-    DeviceKey, KeyLookup, KeyWrap, Keyring, Padding, PairingCode, Place, Recipient, SealError,
-    SealOptions, WRAP_ALG_V1, open_record, pair_request, seal_record,
+    DeviceKey, KeyLookup, KeySet, KeyWrap, Keyring, Padding, PairingCode, Place, Recipient,
+    SealError, SealOptions, WRAP_ALG_V1, open_record, pair_request, seal_record,
 };
 use gelstore_codegen::catalog::Catalog;
 use gelstore_codegen::validate;
@@ -22,15 +22,37 @@ fn device(rng: &mut HashRng) -> DeviceKey {
     DeviceKey::generate(rng)
 }
 
+/// The first device of an account, with its records.
+fn create(id: &str, rng: &mut HashRng) -> (Keyring, KeySet) {
+    let key = device(rng);
+    let code = pair_request(&key, rng).code().clone();
+    Keyring::create(DID, id, key, &code, rng).unwrap()
+}
+
+/// The signing key a device proves when it publishes its record.
+fn signing(key: &DeviceKey) -> Option<String> {
+    Some(key.signing_key().public_key().to_did_key())
+}
+
+fn wraps(wraps: Vec<KeyWrap>) -> KeySet {
+    KeySet {
+        wraps,
+        changes: Vec::new(),
+    }
+}
+
 /// Device A founds the account, B pairs through A. Returns both keyrings
-/// and every wrap written so far (the "repo").
-fn two_devices(rng: &mut HashRng) -> (Keyring, Keyring, Vec<KeyWrap>) {
-    let (mut a, mut repo) = Keyring::create(DID, "3laaaaaaaaaa2", device(rng), rng).unwrap();
+/// and every record written so far (the "repo").
+fn two_devices(rng: &mut HashRng) -> (Keyring, Keyring, KeySet) {
+    let (mut a, mut repo) = create("3laaaaaaaaaa2", rng);
     let b_key = device(rng);
     let request = pair_request(&b_key, rng);
     // The code goes from B's screen to A as text.
     let code: PairingCode = request.code().to_string().parse().unwrap();
-    repo.extend(a.approve(&code, "3lbbbbbbbbbb2", rng).unwrap());
+    repo.extend(
+        a.approve(&code, "3lbbbbbbbbbb2", signing(&b_key), rng)
+            .unwrap(),
+    );
     let (b, report) = Keyring::join(DID, "3lbbbbbbbbbb2", b_key, &request, &repo).unwrap();
     assert!(report.rejected.is_empty(), "{:?}", report.rejected);
     (a, b, repo)
@@ -45,7 +67,7 @@ fn a_paired_device_reads_what_the_other_sealed() {
     assert_eq!(a.devices().len(), 2);
 
     let (ck, wrap) = a.chat_key_for_seal("3lchat0000002", &mut rng).unwrap();
-    repo.push(wrap.expect("a new chat key is wrapped"));
+    repo.wraps.push(wrap.expect("a new chat key is wrapped"));
     let record = record_from_json(&json!({
         "$type": "chat.gel.assistant.chat", "createdAt": "2025-11-29T19:41:00.000Z"
     }))
@@ -85,14 +107,13 @@ fn a_paired_device_reads_what_the_other_sealed() {
 #[test]
 fn pairing_needs_the_secret_shown_on_the_new_device() {
     let mut rng = HashRng::new("secret");
-    let (mut a, mut repo) =
-        Keyring::create(DID, "3laaaaaaaaaa2", device(&mut rng), &mut rng).unwrap();
+    let (mut a, mut repo) = create("3laaaaaaaaaa2", &mut rng);
     let b_key = device(&mut rng);
     let request = pair_request(&b_key, &mut rng);
     // Someone approves B with a code whose secret is not the one B showed.
     let forged_request = pair_request(&b_key, &mut rng);
     repo.extend(
-        a.approve(forged_request.code(), "3lbbbbbbbbbb2", &mut rng)
+        a.approve(forged_request.code(), "3lbbbbbbbbbb2", None, &mut rng)
             .unwrap(),
     );
     let err = Keyring::join(DID, "3lbbbbbbbbbb2", b_key.clone(), &request, &repo).unwrap_err();
@@ -161,21 +182,27 @@ fn removing_a_device_starts_a_new_epoch_that_it_cannot_read() {
     // C pairs through B (so A learns of C only through the admission).
     let c_key = device(&mut rng);
     let c_req = pair_request(&c_key, &mut rng);
-    repo.extend(b.approve(c_req.code(), "3lcccccccccc2", &mut rng).unwrap());
+    repo.extend(
+        b.approve(c_req.code(), "3lcccccccccc2", signing(&c_key), &mut rng)
+            .unwrap(),
+    );
     let (mut c, _) = Keyring::join(DID, "3lcccccccccc2", c_key, &c_req, &repo).unwrap();
     a.absorb(&repo);
     assert_eq!(a.devices().len(), 3);
 
     let old_epoch = a.account_epoch();
     let (old_ck, w) = a.chat_key_for_seal("3lchat0000002", &mut rng).unwrap();
-    repo.extend(w);
+    repo.wraps.extend(w);
 
     // A removes C.
     let rotation = a.remove_device("3lcccccccccc2", &mut rng).unwrap();
     assert_eq!(a.account_epoch(), old_epoch + 1);
-    // Wrapped to A and B, not C; the old key chained to the new one;
-    // A and B re-admitted.
+    // Wrapped to A and B, not C; the old key chained to the new one; one
+    // signed change that keeps A and B.
+    assert_eq!(rotation.changes.len(), 1);
+    assert_eq!(rotation.changes[0].change.removed, ["3lcccccccccc2"]);
     let to_devices: Vec<&str> = rotation
+        .wraps
         .iter()
         .filter_map(|w| match &w.recipient {
             Recipient::Device { device } => Some(device.as_str()),
@@ -190,13 +217,20 @@ fn removing_a_device_starts_a_new_epoch_that_it_cannot_read() {
     assert_eq!(b.account_epoch(), old_epoch + 1);
     assert_eq!(b.devices().len(), 2);
     let report = c.absorb(&repo);
-    assert_eq!(c.account_epoch(), old_epoch, "C gets nothing new");
-    assert_eq!(report.accounts, 0);
+    assert_eq!(report.accounts, 0, "C gets nothing new");
+    assert!(!c.account_keys().any(|k| k.epoch() > old_epoch));
+    assert!(
+        matches!(
+            c.sealing_account(),
+            Err(SealError::NotAdmitted { removed: true, .. })
+        ),
+        "C learns it was removed"
+    );
 
     // Later records use new keys, which C cannot open.
     let (new_ck, w) = a.chat_key_for_seal("3lchat0000002", &mut rng).unwrap();
     assert_ne!(new_ck.key_id(), old_ck.key_id());
-    repo.extend(w);
+    repo.wraps.extend(w);
     b.absorb(&repo);
     c.absorb(&repo);
     assert!(b.chat_key(new_ck.key_id()).is_some());
@@ -209,7 +243,10 @@ fn removing_a_device_starts_a_new_epoch_that_it_cannot_read() {
     // A device paired after the rotation can read the history.
     let d_key = device(&mut rng);
     let d_req = pair_request(&d_key, &mut rng);
-    repo.extend(b.approve(d_req.code(), "3ldddddddddd2", &mut rng).unwrap());
+    repo.extend(
+        b.approve(d_req.code(), "3ldddddddddd2", None, &mut rng)
+            .unwrap(),
+    );
     let (d, report) = Keyring::join(DID, "3ldddddddddd2", d_key, &d_req, &repo).unwrap();
     assert!(report.rejected.is_empty(), "{:?}", report.rejected);
     assert_eq!(d.account_keys().count(), 2);
@@ -232,10 +269,9 @@ fn removing_a_device_starts_a_new_epoch_that_it_cannot_read() {
 fn wraps_planted_by_someone_without_the_keys_are_refused() {
     let mut rng = HashRng::new("planted");
     let (mut a, mut b, mut repo) = two_devices(&mut rng);
-    // An outsider (a PDS) founds its own "account" and writes wraps as if
-    // they were ours: an admission of its device, a chat key, a rotation.
-    let (mut mallory, _) =
-        Keyring::create(DID, "3lmmmmmmmmmm2", device(&mut rng), &mut rng).unwrap();
+    // An outsider (a PDS) founds its own "account" and writes records as
+    // if they were ours: a chat key, an admission of its device.
+    let (mut mallory, _) = create("3lmmmmmmmmmm2", &mut rng);
     let (_, planted_ck) = mallory
         .chat_key_for_seal("3lchat0000002", &mut rng)
         .unwrap();
@@ -245,24 +281,21 @@ fn wraps_planted_by_someone_without_the_keys_are_refused() {
         key_id: a.current_account().key_id().to_string(),
         epoch: 0,
     };
-    repo.push(planted);
+    repo.wraps.push(planted);
     let m_dev = device(&mut rng);
     let m_req = pair_request(&m_dev, &mut rng);
-    let mut fake = mallory
-        .approve(m_req.code(), "3lmmmmmmmmmm3", &mut rng)
+    let fake = mallory
+        .approve(m_req.code(), "3lmmmmmmmmmm3", signing(&m_dev), &mut rng)
         .unwrap();
-    for w in &mut fake {
-        if let Recipient::Account { .. } = w.recipient {
-            w.recipient = Recipient::Account {
-                key_id: a.current_account().key_id().to_string(),
-                epoch: 0,
-            };
-        }
-    }
     repo.extend(fake);
     let report = b.absorb(&repo);
-    assert_eq!(report.chat_keys + report.devices + report.accounts, 0);
-    assert_eq!(report.rejected.len(), 2, "{:?}", report.rejected);
+    assert_eq!(report.chat_keys + report.changes + report.accounts, 0);
+    assert_eq!(
+        report.refused_changes.len(),
+        1,
+        "its admission follows nothing we know"
+    );
+    assert_eq!(report.rejected.len(), 1, "{:?}", report.rejected);
     assert!(
         report
             .rejected
@@ -272,7 +305,7 @@ fn wraps_planted_by_someone_without_the_keys_are_refused() {
     assert_eq!(b.devices().len(), 2, "the planted device is not admitted");
     // So a rotation does not wrap to it.
     let rotation = a.remove_device("3lbbbbbbbbbb2", &mut rng).unwrap();
-    assert!(rotation.iter().all(
+    assert!(rotation.wraps.iter().all(
         |w| !matches!(&w.recipient, Recipient::Device { device } if device.starts_with("3lmmm"))
     ));
     // A wrap edited in place (epoch, keyId, recipient) does not open either.
@@ -281,7 +314,7 @@ fn wraps_planted_by_someone_without_the_keys_are_refused() {
     let mut edited = w.clone();
     edited.ciphertext[0] ^= 1;
     let mut b2 = b.clone();
-    let r = b2.absorb(&[edited]);
+    let r = b2.absorb(&wraps(vec![edited]));
     assert_eq!(r.chat_keys, 0);
 }
 
@@ -289,11 +322,16 @@ fn wraps_planted_by_someone_without_the_keys_are_refused() {
 fn wraps_are_valid_keywrap_records_and_round_trip() {
     let mut rng = HashRng::new("records");
     let (mut a, _, mut repo) = two_devices(&mut rng);
-    repo.extend(a.chat_key_for_seal("3lchat0000002", &mut rng).unwrap().1);
+    repo.wraps
+        .extend(a.chat_key_for_seal("3lchat0000002", &mut rng).unwrap().1);
     let root = env!("CARGO_MANIFEST_DIR");
     let (catalog, findings) = Catalog::load_paths(&[format!("{root}/lexicons")]).unwrap();
     assert!(findings.is_empty(), "{findings:?}");
-    for wrap in &repo {
+    for change in &repo.changes {
+        let errors = validate::validate_record(&catalog, &change.value, Some("3lchangeaaa22"));
+        assert!(errors.is_empty(), "{}: {errors:?}", change.value);
+    }
+    for wrap in &repo.wraps {
         assert_eq!(wrap.alg, WRAP_ALG_V1);
         assert_eq!(wrap.enc.len(), 32);
         assert_eq!(wrap.ciphertext.len(), 48);
@@ -305,10 +343,10 @@ fn wraps_are_valid_keywrap_records_and_round_trip() {
     }
     // An unknown alg is refused before any crypto.
     let mut b = a.clone();
-    let mut w = repo.last().unwrap().clone();
+    let mut w = repo.wraps.last().unwrap().clone();
     w.alg = "hpke-x25519-hkdf-sha256-aes128gcm-v1".into();
     w.key_id = "chat:3lchat0000009:0:00".into();
-    let r = b.absorb(&[w]);
+    let r = b.absorb(&wraps(vec![w]));
     assert!(matches!(r.rejected[0].1, SealError::UnsupportedAlg { .. }));
     assert!(gelstore_codegen::syntax::check_datetime(&now_datetime()).is_ok());
 }
@@ -348,12 +386,11 @@ fn device_key_file_is_owner_only() {
 #[test]
 fn rejoin_takes_only_the_pinned_pairing_wrap() {
     let mut rng = HashRng::new("rejoin");
-    let (mut a, mut repo) =
-        Keyring::create(DID, "3laaaaaaaaaa2", device(&mut rng), &mut rng).unwrap();
+    let (mut a, mut repo) = create("3laaaaaaaaaa2", &mut rng);
     let b_key = device(&mut rng);
     let request = pair_request(&b_key, &mut rng);
     repo.extend(
-        a.approve(request.code(), "3lbbbbbbbbbb2", &mut rng)
+        a.approve(request.code(), "3lbbbbbbbbbb2", None, &mut rng)
             .unwrap(),
     );
     let (b, _) = Keyring::join(DID, "3lbbbbbbbbbb2", b_key.clone(), &request, &repo).unwrap();
@@ -362,14 +399,15 @@ fn rejoin_takes_only_the_pinned_pairing_wrap() {
     assert_eq!(a.admitted_with(), admitted, "the first device made it");
 
     // Someone who saw B's code plants a pairing wrap of an account key of
-    // their own, ahead of the real one.
-    let (mut mallory, _) =
-        Keyring::create(DID, "3lmmmmmmmmmm2", device(&mut rng), &mut rng).unwrap();
-    let mut planted = mallory
-        .approve(request.code(), "3lbbbbbbbbbb2", &mut rng)
-        .unwrap();
-    planted.truncate(1);
-    planted.extend(repo.iter().cloned());
+    // their own (with the log it is bound to), ahead of the real one.
+    let (mut mallory, mut planted) = create("3lmmmmmmmmmm2", &mut rng);
+    planted.wraps.clear();
+    planted.extend(
+        mallory
+            .approve(request.code(), "3lbbbbbbbbbb2", None, &mut rng)
+            .unwrap(),
+    );
+    planted.extend(repo.clone());
     let (fooled, _) =
         Keyring::join(DID, "3lbbbbbbbbbb2", b_key.clone(), &request, &planted).unwrap();
     assert_ne!(fooled.admitted_with(), admitted, "join takes the first");
@@ -380,6 +418,7 @@ fn rejoin_takes_only_the_pinned_pairing_wrap() {
         b_key.clone(),
         &request,
         &admitted,
+        &[],
         &planted,
     )
     .unwrap();
@@ -392,6 +431,7 @@ fn rejoin_takes_only_the_pinned_pairing_wrap() {
         b_key,
         &request,
         "account:0:0000000000000000",
+        &[],
         &repo,
     )
     .unwrap_err();

@@ -784,13 +784,12 @@ fn fuzz_seeds_run_through_the_property() {
         .unwrap();
         let bad_alg = with_field(&plain, &["content", "alg"], Some(Ipld::String("v0".into())));
         let envelope = Ipld::Map(sealed_field(&sealed).clone());
-        let (ring, wraps) = gelstore::seal::Keyring::create(
-            DID,
-            "3laaaaaaaaaa2",
-            gelstore::seal::DeviceKey::generate(&mut rng),
-            &mut rng,
-        )
-        .unwrap();
+        let device = gelstore::seal::DeviceKey::generate(&mut rng);
+        let code = gelstore::seal::pair_request(&device, &mut rng)
+            .code()
+            .clone();
+        let (ring, records) =
+            gelstore::seal::Keyring::create(DID, "3laaaaaaaaaa2", device, &code, &mut rng).unwrap();
         drop(ring);
         std::fs::create_dir_all(&dir).unwrap();
         let write = |name: &str, bytes: &[u8]| std::fs::write(dir.join(name), bytes).unwrap();
@@ -807,7 +806,7 @@ fn fuzz_seeds_run_through_the_property() {
         write("envelope.cbor", &encode_dag_cbor(&envelope).unwrap());
         write(
             "keywrap.cbor",
-            &encode_dag_cbor(&wraps[0].to_ipld()).unwrap(),
+            &encode_dag_cbor(&records.wraps[0].to_ipld()).unwrap(),
         );
         write("frame.bin", b"\0\0\0\x01\xa0\0\0\0");
     }
@@ -1027,11 +1026,12 @@ fn golden_vectors_match_fixtures() {
             &psk,
             &chat_key_bytes,
             "2025-11-29T19:40:00.000Z".into(),
+            None,
             &mut FixedRng::new(&ikm_e),
         )
         .unwrap();
         assert_eq!(
-            *open_wrap(DID, &wrap, &account_sk, &psk).unwrap(),
+            *open_wrap(DID, &wrap, &account_sk, &psk, None).unwrap(),
             chat_key_bytes
         );
         check(
@@ -1043,6 +1043,7 @@ fn golden_vectors_match_fixtures() {
                 "accountKeyId": account_id, "ikmE": hex(&ikm_e),
                 "psk": hex(psk.bytes()), "pskId": String::from_utf8(psk.id().to_vec()).unwrap(),
                 "info": hex(&wrap_info(DID, WRAP_ALG, key_id, 0, &recipient)),
+                "aad": hex(&gelstore::seal::wrap::wrap_aad(&wrap.created_at, None)),
                 "enc": hex(&wrap.enc), "ciphertext": hex(&wrap.ciphertext),
                 "record": ipld_to_json(&wrap.to_ipld()).unwrap(),
             }),

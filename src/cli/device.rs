@@ -277,7 +277,7 @@ fn join(data: &Path, args: JoinArgs) -> Result<()> {
             }
             if out.newest_epoch > out.epoch {
                 eprintln!(
-                    "warning: the records mention account epoch {}, newer than this device holds: it was removed (or a rotation has not reached it) and cannot open what is sealed in that epoch",
+                    "warning: the verified membership log is at account epoch {}, newer than this device holds: it was removed (or a rotation has not reached it) and cannot open what is sealed in that epoch",
                     out.newest_epoch
                 );
             }
@@ -309,21 +309,30 @@ fn listing_json(l: &DeviceListing) -> Value {
 fn ls(data: &Path, format: Format) -> Result<()> {
     let dev = device::Device::open(data)?;
     let listing = dev.list();
-    let epoch = dev.keyring().account_epoch();
+    let epoch = dev.keyring().held_epoch();
     match format {
         Format::Human => {
             say(format_args!("account  {}", dev.account_did()));
-            say(format_args!(
-                "epoch    {epoch}{}",
-                if dev.is_behind() {
-                    format!(
-                        " (the records mention epoch {}: this device was removed, or a rotation has not reached it)",
-                        dev.newest_epoch()
-                    )
-                } else {
-                    String::new()
+            let why = match dev.standing_error() {
+                Some(crate::seal::SealError::NotAdmitted {
+                    epoch: now,
+                    removed: true,
+                }) => {
+                    format!(" (the membership log is at epoch {now}: this device was removed)")
                 }
-            ));
+                Some(crate::seal::SealError::NotAdmitted { epoch: now, .. }) => {
+                    format!(
+                        " (the membership log is at epoch {now}: this device is not in its roster)"
+                    )
+                }
+                Some(crate::seal::SealError::AccountKeyPending { epoch: now, .. }) => {
+                    format!(
+                        " (the membership log is at epoch {now}: its key has not reached this device yet)"
+                    )
+                }
+                _ => String::new(),
+            };
+            say(format_args!("epoch    {epoch}{why}"));
             for l in &listing {
                 say(format_args!(
                     "{}  {:<12}  {}…{}{}",

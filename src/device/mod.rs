@@ -41,7 +41,9 @@ use std::path::Path;
 use rand_core::CryptoRng;
 use serde_json::Value;
 
-use self::records::{DEVICE_COLLECTION, DeviceEntry, KeyRecords, device_to_value, wrap_writes};
+use self::records::{
+    DEVICE_COLLECTION, DeviceEntry, KeyRecords, device_to_value, key_writes, wrap_writes,
+};
 use self::state::{DeviceState, load_device_key, load_or_create_device_key};
 use crate::model::{ipld_to_json, record_from_json};
 use crate::repo::repository::{
@@ -49,8 +51,8 @@ use crate::repo::repository::{
 };
 use crate::repo::tid::TidClock;
 use crate::seal::{
-    AbsorbReport, DeviceKey, Keyring, Opened, PairingCode, Place, Recipient, SealError,
-    SealOptions, open_record, pair_request, seal_record,
+    AbsorbReport, DeviceKey, KeySet, Keyring, Opened, PairingCode, Place, SealError, SealOptions,
+    open_record, pair_request, seal_record,
 };
 
 /// Why a device operation failed. Nothing was written when one returns an
@@ -267,8 +269,8 @@ pub struct JoinOutcome {
     pub records: u64,
     /// The newest account epoch this device holds.
     pub epoch: u64,
-    /// The newest epoch the records mention; above `epoch`, this device was
-    /// removed (or its rotation wrap is missing).
+    /// The epoch in force by the verified membership log; above `epoch`,
+    /// this device was removed (or its rotation wrap is missing).
     pub newest_epoch: u64,
 }
 
@@ -341,16 +343,20 @@ impl Device {
             derived_from,
             dir: dir.to_path_buf(),
         };
-        device.note_epoch()?;
+        device.note_progress()?;
         Ok(device)
     }
 
-    /// Keeps the newest epoch held in `device.json` (it only grows).
-    fn note_epoch(&mut self) -> Result<(), DeviceError> {
-        let epoch = self.keyring.account_epoch();
-        if epoch > self.state.held_epoch {
+    /// Keeps in `device.json` the newest epoch held (it only grows) and the
+    /// heads of the membership log verified, so a log that later loses
+    /// them is refused.
+    fn note_progress(&mut self) -> Result<(), DeviceError> {
+        let epoch = self.keyring.held_epoch();
+        let heads = self.keyring.heads();
+        if epoch > self.state.held_epoch || heads != self.state.membership_heads {
             let mut state = self.state.clone();
-            state.held_epoch = epoch;
+            state.held_epoch = state.held_epoch.max(epoch);
+            state.membership_heads = heads;
             state.save(&self.dir)?;
             self.state = state;
         }
@@ -360,7 +366,7 @@ impl Device {
     /// `Some(held)` when the keyring is below the newest epoch this device
     /// held (see [`DeviceError::MembershipRolledBack`]).
     pub fn rolled_back(&self) -> Option<u64> {
-        (self.keyring.account_epoch() < self.state.held_epoch).then_some(self.state.held_epoch)
+        (self.keyring.held_epoch() < self.state.held_epoch).then_some(self.state.held_epoch)
     }
 
     /// Follows a repository that moved since the keyring was derived (a
@@ -384,7 +390,7 @@ impl Device {
         (self.did, self.keyring, self.records, self.report) = (did, keyring, records, report);
         self.derived_at = head;
         self.derived_from = now;
-        self.note_epoch()?;
+        self.note_progress()?;
         Ok(true)
     }
 
@@ -428,19 +434,26 @@ impl Device {
         &self.records.skipped
     }
 
-    /// The newest account epoch the records mention. Above
-    /// `keyring().account_epoch()`, this device has been removed.
+    /// The account epoch in force by the verified membership log (records
+    /// that do not verify, such as a planted wrap naming a later epoch,
+    /// never move it).
     pub fn newest_epoch(&self) -> u64 {
-        self.records
-            .newest_epoch()
-            .unwrap_or(0)
-            .max(self.keyring.account_epoch())
+        self.keyring.account_epoch()
     }
 
-    /// Whether the records show a newer account epoch than this device holds
-    /// (it was removed, or its rotation wrap has not arrived).
+    /// Why this device cannot seal now, if it cannot: it was removed, its
+    /// rotation wrap has not arrived, or the log is forked.
+    pub fn standing_error(&self) -> Option<SealError> {
+        self.keyring.sealing_account().err()
+    }
+
+    /// Whether this device cannot seal in the epoch in force (it was
+    /// removed, or its rotation wrap has not arrived).
     pub fn is_behind(&self) -> bool {
-        self.newest_epoch() > self.keyring.account_epoch()
+        matches!(
+            self.standing_error(),
+            Some(SealError::NotAdmitted { .. } | SealError::AccountKeyPending { .. })
+        )
     }
 
     /// Every device record with its standing, in record key order.
@@ -531,7 +544,11 @@ impl Device {
         let mut all = wrap_writes(&wraps, &mut TidClock::new())?;
         all.extend(writes);
         all.extend_from_slice(clear);
-        self.commit(keyring, &all, wraps)
+        let set = KeySet {
+            wraps,
+            changes: Vec::new(),
+        };
+        self.commit(keyring, &all, set)
     }
 
     /// Applies clear (unsealed) writes as one signed commit, refused on a
@@ -591,7 +608,7 @@ impl Device {
         if let Some(held) = self.rolled_back() {
             return Err(DeviceError::MembershipRolledBack {
                 held,
-                now: self.keyring.account_epoch(),
+                now: self.keyring.held_epoch(),
             });
         }
         if let Some(f) = self.keyring.fork() {
@@ -611,14 +628,14 @@ impl Device {
         &mut self,
         keyring: Keyring,
         writes: &[Write],
-        wraps: Vec<crate::seal::KeyWrap>,
+        set: KeySet,
     ) -> Result<CommitInfo, DeviceError> {
         let current = self.repo.head().commit == self.derived_at;
         let info = self.repo.apply(writes)?;
         self.keyring = keyring;
-        self.records.wraps.extend(wraps);
+        self.records.keys.extend(set);
         self.keep_derived(current);
-        self.note_epoch()?;
+        self.note_progress()?;
         Ok(info)
     }
 }
@@ -647,6 +664,7 @@ fn key_record_cids(repo: &Repository) -> Result<Vec<(String, crate::model::Cid)>
     for collection in [
         records::DEVICE_COLLECTION,
         crate::seal::wrap::KEY_WRAP_COLLECTION,
+        crate::seal::membership::MEMBERSHIP_COLLECTION,
     ] {
         for item in repo.list(Some(collection))? {
             out.push(item?);
@@ -676,7 +694,8 @@ fn derive(
         key.clone(),
         &state.request(),
         account,
-        &records.wraps,
+        &state.membership_heads,
+        &records.keys,
     )?;
     Ok((did, keyring, records, report))
 }
@@ -719,6 +738,7 @@ pub fn init(
             account_key_id: None,
             account_did: None,
             held_epoch: 0,
+            membership_heads: Vec::new(),
         },
     };
     if state.pairing.public_key != key.public_key() {
@@ -730,13 +750,8 @@ pub fn init(
     // A crash after the records landed but before the state was saved:
     // take the approval in from the records.
     if let Some(id) = &state.device
-        && let Ok((ring, _)) = Keyring::join(
-            repo.did(),
-            id,
-            key.clone(),
-            &state.request(),
-            &records.wraps,
-        )
+        && let Ok((ring, _)) =
+            Keyring::join(repo.did(), id, key.clone(), &state.request(), &records.keys)
     {
         state.account_key_id = Some(ring.admitted_with().to_string());
         state.save(dir)?;
@@ -746,7 +761,7 @@ pub fn init(
             created: true,
         });
     }
-    if !records.wraps.is_empty() {
+    if !records.keys.wraps.is_empty() || !records.keys.changes.is_empty() {
         return Err(DeviceError::AccountExists {
             did: repo.did().to_string(),
         });
@@ -759,23 +774,20 @@ pub fn init(
     state.device = Some(id.clone());
     state.save(dir)?;
 
-    let (mut ring, mut wraps) = Keyring::create(repo.did(), &id, key.clone(), rng)?;
-    // The first device admits itself through its own pairing code, so it
-    // re-opens the account key from the records like any other device.
-    let own = ring.approve(&state.pairing, &id, rng)?;
-    wraps.extend(
-        own.into_iter()
-            .filter(|w| matches!(&w.recipient, Recipient::Device { .. })),
-    );
+    let (ring, set) = Keyring::create(repo.did(), &id, key.clone(), &state.pairing, rng)?;
     let mut writes = Vec::new();
     if records.devices_with_key(&key.public_key()).is_empty() {
         writes.push(Write::create(
             DEVICE_COLLECTION,
             &id,
-            device_to_value(&key.public_key(), name)?,
+            device_to_value(
+                &key.public_key(),
+                name,
+                Some((&key.signing_key(), &state.pairing)),
+            )?,
         ));
     }
-    writes.extend(wrap_writes(&wraps, &mut clock)?);
+    writes.extend(key_writes(&set, &mut clock)?);
     repo.apply(&writes)?;
     state.account_key_id = Some(ring.admitted_with().to_string());
     state.save(dir)?;
@@ -820,6 +832,7 @@ pub fn pair(dir: impl AsRef<Path>, rng: &mut impl CryptoRng) -> Result<PairOutco
         account_key_id: None,
         account_did: None,
         held_epoch: 0,
+        membership_heads: Vec::new(),
     }
     .save(dir)?;
     Ok(PairOutcome {
@@ -843,11 +856,37 @@ pub fn approve(
         return Err(DeviceError::OwnCode);
     }
     let epoch = device.keyring.account_epoch();
-    let existing = device
-        .records
-        .devices_with_key(&code.public_key)
-        .first()
-        .map(|d| d.id.clone());
+    // Of the device records with the code's public key, the one whose
+    // signing key the code proves (the new device published it); else one
+    // without a signing key (an approver-written record). A record whose
+    // proof fails was not written by the new device and is never used.
+    let candidates = device.records.devices_with_key(&code.public_key);
+    let mut planted = None;
+    let mut chosen: Option<(String, Option<String>)> = None;
+    for entry in &candidates {
+        match entry.proven_signing_key(code) {
+            Ok(Some(key)) => {
+                chosen = Some((entry.id.clone(), Some(key)));
+                break;
+            }
+            Ok(None) => {
+                if chosen.is_none() {
+                    chosen = Some((entry.id.clone(), None));
+                }
+            }
+            Err(why) => planted = Some((entry.id.clone(), why)),
+        }
+    }
+    if let (None, Some((id, why))) = (&chosen, planted) {
+        return Err(DeviceError::Record {
+            collection: DEVICE_COLLECTION,
+            reason: format!(
+                "device record {id} has this code's public key but {why}: it was not written by the device that shows the code; do not approve it, pair again"
+            ),
+        });
+    }
+    let signing_key = chosen.as_ref().and_then(|(_, k)| k.clone());
+    let existing = chosen.map(|(id, _)| id);
     let mut clock = TidClock::new();
     let mut writes = Vec::new();
     let id = match existing {
@@ -867,16 +906,16 @@ pub fn approve(
             writes.push(Write::create(
                 DEVICE_COLLECTION,
                 &id,
-                device_to_value(&code.public_key, name)?,
+                device_to_value(&code.public_key, name, None)?,
             ));
             id
         }
     };
     let record_created = !writes.is_empty();
     let mut keyring = device.keyring.clone();
-    let wraps = keyring.approve(code, &id, rng)?;
-    writes.extend(wrap_writes(&wraps, &mut clock)?);
-    device.commit(keyring, &writes, wraps)?;
+    let set = keyring.approve(code, &id, signing_key, rng)?;
+    writes.extend(key_writes(&set, &mut clock)?);
+    device.commit(keyring, &writes, set)?;
     Ok(ApproveOutcome {
         device: id,
         record_created,
@@ -909,7 +948,11 @@ pub fn publish(dir: impl AsRef<Path>, name: Option<&str>) -> Result<String, Devi
         });
     }
     let records = KeyRecords::read(&repo)?;
-    let id = match records.devices_with_key(&key.public_key()).first() {
+    let own = records
+        .devices_with_key(&key.public_key())
+        .into_iter()
+        .find(|d| matches!(d.proven_signing_key(&state.pairing), Ok(Some(_))));
+    let id = match own {
         Some(d) => d.id.clone(),
         None => {
             let id = TidClock::new()
@@ -919,7 +962,11 @@ pub fn publish(dir: impl AsRef<Path>, name: Option<&str>) -> Result<String, Devi
             repo.apply(&[Write::create(
                 DEVICE_COLLECTION,
                 &id,
-                device_to_value(&key.public_key(), name)?,
+                device_to_value(
+                    &key.public_key(),
+                    name,
+                    Some((&key.signing_key(), &state.pairing)),
+                )?,
             )])?;
             id
         }
@@ -1029,7 +1076,7 @@ fn finish_join(
         let mut last = None;
         'found: for did in dids {
             for id in &candidates {
-                match Keyring::join(did, id, key.clone(), &state.request(), &records.wraps) {
+                match Keyring::join(did, id, key.clone(), &state.request(), &records.keys) {
                     Ok((ring, _)) => {
                         state.device = Some(id.clone());
                         state.account_key_id = Some(ring.admitted_with().to_string());
@@ -1069,7 +1116,7 @@ fn finish_join(
         newly_paired,
         refresh,
         records,
-        epoch: device.keyring.account_epoch(),
+        epoch: device.keyring.held_epoch(),
         newest_epoch: device.newest_epoch(),
     })
 }
@@ -1085,10 +1132,10 @@ pub fn resolve(dir: impl AsRef<Path>, rng: &mut impl CryptoRng) -> Result<u64, D
         });
     }
     let mut keyring = device.keyring.clone();
-    let wraps = keyring.resolve_fork(rng)?;
+    let set = keyring.resolve_fork(rng)?;
     let epoch = keyring.account_epoch();
-    let writes = wrap_writes(&wraps, &mut TidClock::new())?;
-    device.commit(keyring, &writes, wraps)?;
+    let writes = key_writes(&set, &mut TidClock::new())?;
+    device.commit(keyring, &writes, set)?;
     Ok(epoch)
 }
 
@@ -1112,13 +1159,13 @@ pub fn remove(
     if let Some(held) = device.rolled_back() {
         return Err(DeviceError::MembershipRolledBack {
             held,
-            now: device.keyring.account_epoch(),
+            now: device.keyring.held_epoch(),
         });
     }
     let mut keyring = device.keyring.clone();
-    let wraps = keyring.remove_device(id, rng)?;
+    let set = keyring.remove_device(id, rng)?;
     let epoch = keyring.account_epoch();
-    let writes = wrap_writes(&wraps, &mut TidClock::new())?;
-    device.commit(keyring, &writes, wraps)?;
+    let writes = key_writes(&set, &mut TidClock::new())?;
+    device.commit(keyring, &writes, set)?;
     Ok(epoch)
 }

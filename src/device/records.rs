@@ -1,7 +1,8 @@
 //! The public half of the keyring as repository records, through the types
 //! generated from the lexicons: `chat.gel.assistant.device` (a device's
-//! public key) and `chat.gel.assistant.keyWrap` (every wrap the keyring
-//! makes: pairings, admissions, rotations, chains, chat keys).
+//! public keys), `chat.gel.assistant.keyWrap` (every wrap the keyring makes:
+//! pairings, rotations, chains, chat keys) and `chat.gel.assistant.membership`
+//! (the signed changes of who holds the account key).
 //!
 //! Reading is lenient where the records come from the network: a record of
 //! these collections that does not decode is skipped and counted, never
@@ -15,12 +16,13 @@ use crate::lexicon::chat::gel::assistant::device::Device as DeviceRecord;
 use crate::lexicon::chat::gel::assistant::key_wrap::{
     AccountRecipient, DeviceRecipient, KeyWrap as KeyWrapRecord, KeyWrapAlg, KeyWrapRecipient,
 };
-use crate::lexicon::support::{Bytes, Datetime, RecordKey};
+use crate::lexicon::support::{Bytes, Datetime, Did, RecordKey};
 use crate::model::now_datetime;
 use crate::repo::repository::{RepoError, Repository, Write};
 use crate::repo::tid::TidClock;
+use crate::seal::membership::MEMBERSHIP_COLLECTION;
 use crate::seal::wrap::KEY_WRAP_COLLECTION;
-use crate::seal::{KeyWrap, Recipient, WRAP_ALG_V1};
+use crate::seal::{KeySet, KeyWrap, PairingCode, Recipient, SignedChange, WRAP_ALG_V1};
 
 /// Collection of device records.
 pub const DEVICE_COLLECTION: &str = "chat.gel.assistant.device";
@@ -36,6 +38,30 @@ pub struct DeviceEntry {
     pub name: Option<String>,
     /// When it was made.
     pub created_at: String,
+    /// Its membership signing key (a did:key), as the device published it.
+    pub signing_key: Option<String>,
+    /// The proof of that key under its pairing secret.
+    pub signing_key_proof: Option<Vec<u8>>,
+}
+
+impl DeviceEntry {
+    /// The signing key, if the record carries one whose proof `code` (the
+    /// device's pairing code) confirms: `Ok(None)` for a record without
+    /// one, an error for a key whose proof does not check (planted).
+    pub fn proven_signing_key(&self, code: &PairingCode) -> Result<Option<String>, String> {
+        let (Some(key), Some(proof)) = (&self.signing_key, &self.signing_key_proof) else {
+            return match self.signing_key {
+                Some(_) => Err("its signingKey has no signingKeyProof".into()),
+                None => Ok(None),
+            };
+        };
+        let expected = code.signing_key_proof(key);
+        if subtle::ConstantTimeEq::ct_eq(expected.as_slice(), proof.as_slice()).into() {
+            Ok(Some(key.clone()))
+        } else {
+            Err("its signingKeyProof does not match the pairing code".into())
+        }
+    }
 }
 
 /// The keyring's records found in a repository.
@@ -43,8 +69,8 @@ pub struct DeviceEntry {
 pub struct KeyRecords {
     /// Device records, by record key.
     pub devices: Vec<DeviceEntry>,
-    /// Key wraps, in record key order.
-    pub wraps: Vec<KeyWrap>,
+    /// Key wraps (in record key order) and membership changes.
+    pub keys: KeySet,
     /// Records of the two collections that did not decode, as
     /// `collection/rkey: why`.
     pub skipped: Vec<String>,
@@ -62,7 +88,13 @@ impl KeyRecords {
         }
         for (collection, rkey, value) in records_of(repo, KEY_WRAP_COLLECTION)? {
             match wrap_from_value(value) {
-                Ok(w) => out.wraps.push(w),
+                Ok(w) => out.keys.wraps.push(w),
+                Err(why) => out.skipped.push(format!("{collection}/{rkey}: {why}")),
+            }
+        }
+        for (collection, rkey, value) in records_of(repo, MEMBERSHIP_COLLECTION)? {
+            match SignedChange::from_value(value) {
+                Ok(c) => out.keys.changes.push(c),
                 Err(why) => out.skipped.push(format!("{collection}/{rkey}: {why}")),
             }
         }
@@ -77,15 +109,15 @@ impl KeyRecords {
             .collect()
     }
 
-    /// The highest account epoch any wrap mentions (what the newest devices
-    /// seal with, as far as these records tell).
+    /// The highest account epoch any wrap or change mentions, unverified
+    /// (what a planted record claims shows up here, never in a keyring).
     pub fn newest_epoch(&self) -> Option<u64> {
-        self.wraps
-            .iter()
-            .map(|w| match &w.recipient {
-                Recipient::Account { epoch, .. } => w.epoch.max(*epoch),
-                Recipient::Device { .. } => w.epoch,
-            })
+        let wraps = self.keys.wraps.iter().map(|w| match &w.recipient {
+            Recipient::Account { epoch, .. } => w.epoch.max(*epoch),
+            Recipient::Device { .. } => w.epoch,
+        });
+        wraps
+            .chain(self.keys.changes.iter().map(|c| c.change.epoch))
             .max()
     }
 }
@@ -121,6 +153,8 @@ fn device_from_value(rkey: &str, value: Value) -> Result<DeviceEntry, String> {
         public_key,
         name: record.name,
         created_at: record.created_at.into_string(),
+        signing_key: record.signing_key.map(|d| d.into_string()),
+        signing_key_proof: record.signing_key_proof.map(|b| b.0),
     })
 }
 
@@ -186,14 +220,32 @@ pub fn wrap_to_value(wrap: &KeyWrap) -> Result<Value, DeviceError> {
     serde_json::to_value(&record).map_err(|e| bad(e.to_string()))
 }
 
-/// The device record of a public key, as atproto JSON.
-pub fn device_to_value(public_key: &[u8; 32], name: Option<&str>) -> Result<Value, DeviceError> {
+/// The device record of a public key, as atproto JSON; `signing` is the
+/// device's own signing key and pairing code, when the device writes it.
+pub fn device_to_value(
+    public_key: &[u8; 32],
+    name: Option<&str>,
+    signing: Option<(&crate::repo::keys::SigningKey, &PairingCode)>,
+) -> Result<Value, DeviceError> {
     let bad = |reason: String| DeviceError::Record {
         collection: DEVICE_COLLECTION,
         reason,
     };
+    let (signing_key, signing_key_proof) = match signing {
+        Some((key, code)) => {
+            let did_key = key.public_key().to_did_key();
+            let proof = code.signing_key_proof(&did_key);
+            (
+                Some(Did::new(did_key).map_err(|e| bad(e.to_string()))?),
+                Some(Bytes(proof.to_vec())),
+            )
+        }
+        None => (None, None),
+    };
     let record = DeviceRecord {
         public_key: Bytes(public_key.to_vec()),
+        signing_key,
+        signing_key_proof,
         name: name.map(str::to_string),
         created_at: Datetime::new(now_datetime()).map_err(|e| bad(e.to_string()))?,
         extra: Default::default(),
@@ -210,4 +262,16 @@ pub fn wrap_writes(wraps: &[KeyWrap], clock: &mut TidClock) -> Result<Vec<Write>
             Ok(Write::create(KEY_WRAP_COLLECTION, rkey, wrap_to_value(w)?))
         })
         .collect()
+}
+
+/// Creates of the records of `set`: its membership changes, then its wraps,
+/// each under a fresh TID.
+pub fn key_writes(set: &KeySet, clock: &mut TidClock) -> Result<Vec<Write>, DeviceError> {
+    let mut out = Vec::new();
+    for c in &set.changes {
+        let rkey = clock.next_tid().map_err(RepoError::from)?.to_string();
+        out.push(Write::create(MEMBERSHIP_COLLECTION, rkey, c.value.clone()));
+    }
+    out.extend(wrap_writes(&set.wraps, clock)?);
+    Ok(out)
 }

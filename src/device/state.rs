@@ -65,6 +65,9 @@ pub struct DeviceState {
     /// The newest account epoch this device has held (0 for a state file
     /// written before it was kept).
     pub held_epoch: u64,
+    /// The heads of the membership log this device verified last: a log
+    /// that no longer has them went backwards and is refused.
+    pub membership_heads: Vec<crate::model::Cid>,
 }
 
 impl std::fmt::Debug for DeviceState {
@@ -87,7 +90,12 @@ struct StateFile {
     account_did: Option<String>,
     #[serde(default, skip_serializing_if = "is_zero")]
     held_epoch: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    membership_heads: Vec<String>,
 }
+
+/// Most heads a state file keeps (a log has more only during a fork).
+const MAX_HEADS: usize = 64;
 
 fn is_zero(n: &u64) -> bool {
     *n == 0
@@ -138,6 +146,7 @@ impl DeviceState {
             account_key_id,
             account_did,
             held_epoch,
+            membership_heads,
         } = serde_json::from_str(&text).map_err(|e| err(format!("not valid JSON state: {e}")))?;
         let pairing_code = Zeroizing::new(pairing_code);
         if version != STATE_VERSION {
@@ -164,12 +173,20 @@ impl DeviceState {
             gelstore_codegen::syntax::check_record_key(device)
                 .map_err(|e| err(format!("device is not a record key: {}", e.reason)))?;
         }
+        if membership_heads.len() > MAX_HEADS {
+            return Err(err(format!("more than {MAX_HEADS} membershipHeads")));
+        }
+        let membership_heads = membership_heads
+            .iter()
+            .map(|c| crate::model::parse_cid(c).map_err(|e| err(format!("membershipHeads: {e}"))))
+            .collect::<Result<_, _>>()?;
         Ok(Some(DeviceState {
             pairing,
             device,
             account_key_id,
             account_did,
             held_epoch,
+            membership_heads,
         }))
     }
 
@@ -188,6 +205,11 @@ impl DeviceState {
             account_key_id: self.account_key_id.clone(),
             account_did: self.account_did.clone(),
             held_epoch: self.held_epoch,
+            membership_heads: self
+                .membership_heads
+                .iter()
+                .map(|c| c.to_string())
+                .collect(),
         };
         let text = serde_json::to_string_pretty(&file);
         drop(Zeroizing::new(file.pairing_code));

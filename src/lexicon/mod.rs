@@ -106,6 +106,14 @@ pub fn validate_by_type(
             type T = chat::gel::assistant::list_approvals::WaitingCall;
             support::validate_data::<T>(value, path, errors)
         }
+        "chat.gel.assistant.membership" | "chat.gel.assistant.membership#main" => {
+            type T = chat::gel::assistant::membership::Membership;
+            support::validate_data::<T>(value, path, errors)
+        }
+        "chat.gel.assistant.membership#member" => {
+            type T = chat::gel::assistant::membership::Member;
+            support::validate_data::<T>(value, path, errors)
+        }
         "chat.gel.assistant.message" | "chat.gel.assistant.message#main" => {
             type T = chat::gel::assistant::message::Message;
             support::validate_data::<T>(value, path, errors)

@@ -40,6 +40,7 @@ pub const KNOWN_LEXICON_FILES: &[(&str, &str)] = &[
     lexicon!("getThread.json"),
     lexicon!("keyWrap.json"),
     lexicon!("listApprovals.json"),
+    lexicon!("membership.json"),
     lexicon!("message.json"),
     lexicon!("settings.json"),
     lexicon!("subscribeReply.json"),

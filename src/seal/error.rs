@@ -140,6 +140,36 @@ pub enum SealError {
         /// Devices some change kept and another did not.
         left_out: Vec<String>,
     },
+    /// The membership log does not verify: a change is missing, forged,
+    /// or breaks the rules, or a change this device verified before is gone.
+    #[error("membership log: {reason}")]
+    MembershipLog {
+        /// What is wrong, naming the change.
+        reason: String,
+    },
+
+    /// This device is not in the roster the membership log has now: it was
+    /// removed, or its admission has not arrived.
+    #[error("this device is not admitted in account epoch {epoch}{}", if *removed { " (a change removed it)" } else { "" })]
+    NotAdmitted {
+        /// The epoch in force.
+        epoch: u64,
+        /// Whether a verified change removed it.
+        removed: bool,
+    },
+
+    /// The account key the membership log names for the epoch in force has
+    /// not reached this device yet (its wrap is on its way).
+    #[error(
+        "the account key {key_id:?} of epoch {epoch} has not reached this device yet; sync again"
+    )]
+    AccountKeyPending {
+        /// The key the log names.
+        key_id: String,
+        /// Its epoch.
+        epoch: u64,
+    },
+
     /// A keyring operation that cannot be done in its state.
     #[error("keyring: {reason}")]
     Keyring {

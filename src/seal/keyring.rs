@@ -1,41 +1,40 @@
 //! A device's keyring: its device key, the account key epochs it holds, the
-//! chat keys, and the roster of admitted devices; pairing, approval,
-//! removal (rotation) and chat keys, producing and absorbing `keyWrap`
-//! records (see [`super::wrap`] for their cryptography).
+//! chat keys, and the verified membership log ([`super::membership`]);
+//! pairing, approval, removal (rotation) and chat keys, producing and
+//! absorbing `keyWrap` and `membership` records (see [`super::wrap`] for the
+//! wraps' cryptography).
 //!
 //! **Key ids.** `account:<epoch>:<16 hex>` for an account key,
 //! `chat:<chat rkey>:<epoch>:<16 hex>` for a chat key (its epoch is the
-//! account epoch it was made in), `device:<device rkey>` for an admission.
-//! The random part keeps ids apart when two devices make a key at once.
+//! account epoch it was made in). The random part keeps ids apart when two
+//! devices make a key at once.
 //!
 //! **Pairing.** The new device makes a [`PairingRequest`] and shows its
 //! [`PairingCode`] (its public key and a 10-byte secret). An admitted device,
-//! given the code, [`Keyring::approve`]s: it wraps the current account key to
-//! the new device in HPKE PSK mode with a PSK derived from the secret, and
-//! writes an *admission* (the new device's public key, wrapped to the account
-//! key) so every device can later tell admitted devices from device records
-//! that merely appeared. The new device [`Keyring::join`]s with the wraps; it
-//! accepts the account key only from a wrap made with its pairing secret.
+//! given the code, [`Keyring::approve`]s: it signs a membership change that
+//! admits the new device, and wraps the current account key to it in HPKE
+//! PSK mode with a PSK derived from the secret, bound to that change's CID.
+//! The new device [`Keyring::join`]s with the records: it accepts the
+//! account key only from a wrap made with its pairing secret, and trusts
+//! the change that wrap names, hence the log's history by its hashes.
 //!
-//! **Rotation.** [`Keyring::remove_device`] starts account epoch `N+1`: it
-//! wraps the new key to every other admitted device (PSK: the epoch-`N`
-//! account key, which a PDS does not hold), chains the old key to the new one
-//! (so devices paired later can read history), re-admits the remaining
-//! devices under `N+1`, and from then on [`Keyring::chat_key_for_seal`] hands
-//! out new chat keys made in epoch `N+1`. The removed device keeps what it
-//! could already read, and nothing sealed after.
+//! **Rotation.** [`Keyring::remove_device`] signs a change that starts
+//! account epoch `N+1` for the remaining devices, wraps the new key to each
+//! (PSK: the epoch-`N` account key, which a PDS does not hold) and chains
+//! the old key to the new one (so devices paired later can read history);
+//! from then on [`Keyring::chat_key_for_seal`] hands out chat keys of epoch
+//! `N+1`. The removed device keeps what it could already read, and nothing
+//! sealed after: an account key counts only if a verified change names it
+//! with its public key, and a removed device can sign no change that
+//! follows its removal.
 //!
-//! **Forks.** Two keys of one epoch are two rotations from the same epoch:
-//! removals made on two devices before either synced, or a rotation forged
-//! by a removed device (it still holds the epoch-`N` key, so its wraps open
-//! like a real rotation's). Each key has the roster its rotation admitted.
-//! Equal rosters are harmless (the greater keyId is current); different
-//! ones are a [`Fork`]: the keyring seals nothing new
-//! ([`SealError::MembershipFork`]) until [`Keyring::resolve_fork`] starts the
-//! next epoch for the devices in *every* roster, so every removal holds and
-//! a forger, kept by its own rotation only, is left out. A forger can still
-//! make forks (a denial of service, not a disclosure): telling who rotated
-//! needs signed membership changes, not built yet.
+//! **Forks.** Two changes that follow the same one (removals made on two
+//! devices before either synced, or a change a removed device signed from
+//! before its removal) are settled by the log's rules where one head's key
+//! is held only by devices every head kept; otherwise the keyring seals
+//! nothing new ([`SealError::MembershipFork`]) until
+//! [`Keyring::resolve_fork`] (or a removal) starts the next epoch for the
+//! devices every head kept, so every removal holds.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -48,7 +47,9 @@ use zeroize::Zeroizing;
 
 use super::error::{Result, SealError};
 use super::keys::{AccountKey, ChatKey, DeviceKey, KEY_LEN, KeyLookup, X25519Pair, random_hex};
+use super::membership::{Change, Log, Member, Roster, SignedChange, Standing};
 use super::wrap::{KeyWrap, Psk, Recipient, open_wrap, seal_wrap};
+use crate::model::Cid;
 use crate::model::now_datetime;
 
 /// Bytes of secret in a pairing code.
@@ -72,6 +73,12 @@ pub struct PairingCode {
 }
 
 impl PairingCode {
+    /// The proof a device publishes beside its signing key `did_key`, made
+    /// with this code's secret (see [`super::membership::signing_key_proof`]).
+    pub fn signing_key_proof(&self, did_key: &str) -> [u8; 32] {
+        super::membership::signing_key_proof(self.secret.as_ref(), &self.public_key, did_key)
+    }
+
     fn checksum(&self) -> [u8; PAIRING_CHECKSUM_LEN] {
         let mut h = Sha256::new();
         h.update(self.public_key);
@@ -187,7 +194,6 @@ pub fn pair_request(device: &DeviceKey, rng: &mut impl CryptoRng) -> PairingRequ
 enum KeyKind {
     Account { epoch: u64 },
     Chat { chat: String, epoch: u64 },
-    Admission { device: String },
 }
 
 fn parse_key_id(key_id: &str) -> Option<KeyKind> {
@@ -210,13 +216,6 @@ fn parse_key_id(key_id: &str) -> Option<KeyKind> {
             epoch,
         });
     }
-    if let Some(device) = key_id.strip_prefix("device:")
-        && !device.is_empty()
-    {
-        return Some(KeyKind::Admission {
-            device: device.to_string(),
-        });
-    }
     None
 }
 
@@ -227,6 +226,24 @@ struct ChatEntry {
     epoch: u64,
 }
 
+/// The key records a keyring is built from and that its operations make:
+/// key wraps and membership changes.
+#[derive(Clone, Debug, Default)]
+pub struct KeySet {
+    /// Key wraps.
+    pub wraps: Vec<KeyWrap>,
+    /// Membership changes.
+    pub changes: Vec<SignedChange>,
+}
+
+impl KeySet {
+    /// Adds `other`'s records.
+    pub fn extend(&mut self, other: KeySet) {
+        self.wraps.extend(other.wraps);
+        self.changes.extend(other.changes);
+    }
+}
+
 /// What [`Keyring::absorb`] learned and refused.
 #[derive(Debug, Default)]
 pub struct AbsorbReport {
@@ -234,11 +251,13 @@ pub struct AbsorbReport {
     pub accounts: usize,
     /// Chat keys newly held.
     pub chat_keys: usize,
-    /// Devices newly known to be admitted.
-    pub devices: usize,
+    /// Membership changes newly verified.
+    pub changes: usize,
     /// Wraps addressed to a key this keyring holds that it refused, with why
     /// (a forged or damaged wrap shows up here).
     pub rejected: Vec<(String, SealError)>,
+    /// Membership changes that did not verify, as `CID: why`.
+    pub refused_changes: Vec<String>,
 }
 
 /// A device's keys (see the module docs).
@@ -249,10 +268,8 @@ pub struct Keyring {
     device: DeviceKey,
     accounts: BTreeMap<(u64, String), AccountKey>,
     chat_keys: BTreeMap<String, ChatEntry>,
-    /// Admitted devices by account key (epoch, keyId): device rkey →
-    /// public key. Keyed by key, not epoch: two rotations of one epoch
-    /// admit their own rosters.
-    roster: BTreeMap<(u64, String), BTreeMap<String, [u8; KEY_LEN]>>,
+    /// Who holds which account key, verified.
+    log: Log,
     /// The keyId of the account key this device was given by pairing (or,
     /// for the first device, made).
     admitted_with: String,
@@ -265,32 +282,65 @@ impl fmt::Debug for Keyring {
             .field("device_id", &self.device_id)
             .field("accounts", &self.accounts.keys().collect::<Vec<_>>())
             .field("chat_keys", &self.chat_keys.keys().collect::<Vec<_>>())
+            .field("heads", &self.log.heads())
             .finish_non_exhaustive()
     }
 }
 
 impl Keyring {
-    /// The first device of an account: makes account key epoch 0 and admits
-    /// itself. Returns the keyring and the wraps to store (its admission).
+    /// The first device of an account: makes account key epoch 0 and the
+    /// first membership change, admitting itself. `code` is its own pairing
+    /// code: it wraps the account key to itself with it, so it re-opens the
+    /// key from the records like any other device. Returns the keyring and
+    /// the records to store.
     pub fn create(
         did: &str,
         device_id: &str,
         device: DeviceKey,
+        code: &PairingCode,
         rng: &mut impl CryptoRng,
-    ) -> Result<(Keyring, Vec<KeyWrap>)> {
+    ) -> Result<(Keyring, KeySet)> {
+        if code.public_key != device.public_key() {
+            return Err(SealError::Keyring {
+                reason: "the pairing code is for another device key".into(),
+            });
+        }
         let account = new_account_key(0, rng);
-        let mut ring = Keyring::holding(did, device_id, device, account.clone());
-        let me = (ring.device_id.clone(), ring.device.public_key());
-        let wrap = ring.admission(&account, &me.0, &me.1, rng)?;
-        ring.roster
-            .entry((0, account.key_id.clone()))
-            .or_default()
-            .insert(me.0, me.1);
-        Ok((ring, vec![wrap]))
+        let signing = device.signing_key();
+        let mut roster = Roster::new();
+        roster.insert(
+            device_id.to_string(),
+            Member {
+                public_key: device.public_key(),
+                signing_key: Some(signing.public_key().to_did_key()),
+            },
+        );
+        let genesis = Change {
+            roster,
+            signer: device_id.to_string(),
+            ..Log::default().next_change(0, &account.key_id, *account.pair.public())
+        }
+        .sign(did, &signing)?;
+        let log = Log::new(did, genesis.clone())?;
+        let ring = Keyring::holding(did, device_id, device, account.clone(), log);
+        let pairing = ring.pairing_wrap(&account, code, device_id, &genesis.cid, rng)?;
+        Ok((
+            ring,
+            KeySet {
+                wraps: vec![pairing],
+                changes: vec![genesis],
+            },
+        ))
     }
 
     /// A keyring admitted with `account`, holding only that key.
-    fn holding(did: &str, device_id: &str, device: DeviceKey, account: AccountKey) -> Keyring {
+    fn holding(
+        did: &str,
+        device_id: &str,
+        device: DeviceKey,
+        account: AccountKey,
+        log: Log,
+    ) -> Keyring {
         let mut accounts = BTreeMap::new();
         let admitted_with = account.key_id.clone();
         accounts.insert((account.epoch, account.key_id.clone()), account);
@@ -300,38 +350,51 @@ impl Keyring {
             device,
             accounts,
             chat_keys: BTreeMap::new(),
-            roster: BTreeMap::new(),
+            log,
             admitted_with,
         }
     }
 
-    /// A new device joins with the wraps it found: it takes the account key
-    /// only from a wrap addressed to `device_id` that opens with its pairing
-    /// secret, then absorbs the rest (older epochs, chat keys, roster).
+    /// A new device joins with the records it found: it takes the account
+    /// key only from a wrap addressed to `device_id` that opens with its
+    /// pairing secret, bound to a membership change that admits it; that
+    /// change anchors the log. Then it absorbs the rest (older epochs, chat
+    /// keys, later changes).
     pub fn join(
         did: &str,
         device_id: &str,
         device: DeviceKey,
         request: &PairingRequest,
-        wraps: &[KeyWrap],
+        records: &KeySet,
     ) -> Result<(Keyring, AbsorbReport)> {
-        Keyring::join_pinned(did, device_id, device, request, None, wraps)
+        Keyring::join_pinned(did, device_id, device, request, None, &[], records)
     }
 
     /// Rebuilds the keyring of a device that joined before, from the records
     /// and what it keeps locally: like [`join`](Self::join), but only the
     /// pairing wrap of `account_key_id` (the key it was admitted with, see
     /// [`admitted_with`](Self::admitted_with)) is accepted, so a pairing wrap
-    /// planted later (by someone who saw the code) changes nothing.
+    /// planted later (by someone who saw the code) changes nothing, and
+    /// every change of `known_heads` (see [`heads`](Self::heads)) must still
+    /// be there and verify, so a log that went backwards is refused.
     pub fn rejoin(
         did: &str,
         device_id: &str,
         device: DeviceKey,
         request: &PairingRequest,
         account_key_id: &str,
-        wraps: &[KeyWrap],
+        known_heads: &[Cid],
+        records: &KeySet,
     ) -> Result<(Keyring, AbsorbReport)> {
-        Keyring::join_pinned(did, device_id, device, request, Some(account_key_id), wraps)
+        Keyring::join_pinned(
+            did,
+            device_id,
+            device,
+            request,
+            Some(account_key_id),
+            known_heads,
+            records,
+        )
     }
 
     fn join_pinned(
@@ -340,17 +403,31 @@ impl Keyring {
         device: DeviceKey,
         request: &PairingRequest,
         pin: Option<&str>,
-        wraps: &[KeyWrap],
+        known_heads: &[Cid],
+        records: &KeySet,
     ) -> Result<(Keyring, AbsorbReport)> {
         if request.code.public_key != device.public_key() {
             return Err(SealError::Keyring {
                 reason: "the pairing request was made for another device key".into(),
             });
         }
+        let me = device.public_key();
+        // The changes that admit this device with its key: one of them is
+        // the pairing wrap's.
+        let admissions: Vec<&SignedChange> = records
+            .changes
+            .iter()
+            .filter(|c| {
+                c.change
+                    .roster
+                    .get(device_id)
+                    .is_some_and(|m| m.public_key == me)
+            })
+            .collect();
         let psk = Psk::pairing(request.code.secret.as_ref(), &request.code.public_key);
         let mut last_error = None;
         let mut found = None;
-        for wrap in wraps {
+        'wraps: for wrap in &records.wraps {
             let for_me =
                 matches!(&wrap.recipient, Recipient::Device { device } if device == device_id);
             let Some(KeyKind::Account { epoch }) = parse_key_id(&wrap.key_id) else {
@@ -359,19 +436,45 @@ impl Keyring {
             if !for_me || epoch != wrap.epoch || pin.is_some_and(|k| k != wrap.key_id) {
                 continue;
             }
-            match open_wrap(did, wrap, device.0.secret_bytes(), &psk) {
-                Ok(secret) => {
-                    found = Some(AccountKey {
-                        key_id: wrap.key_id.clone(),
-                        epoch: wrap.epoch,
-                        pair: X25519Pair::from_bytes(*secret),
-                    });
-                    break;
+            for change in admissions
+                .iter()
+                .filter(|c| c.change.account_key_id == wrap.key_id)
+            {
+                match open_wrap(did, wrap, device.0.secret_bytes(), &psk, Some(&change.cid)) {
+                    Ok(secret) => {
+                        let pair = X25519Pair::from_bytes(*secret);
+                        if *pair.public() != change.change.account_public_key {
+                            last_error = Some(SealError::MembershipLog {
+                                reason: format!(
+                                    "the pairing wrap carries another key than change {} names",
+                                    change.cid
+                                ),
+                            });
+                            continue;
+                        }
+                        found = Some((
+                            AccountKey {
+                                key_id: wrap.key_id.clone(),
+                                epoch: wrap.epoch,
+                                pair,
+                            },
+                            change.cid,
+                        ));
+                        break 'wraps;
+                    }
+                    Err(e) => last_error = Some(e),
                 }
-                Err(e) => last_error = Some(e),
+            }
+            if last_error.is_none() {
+                last_error = Some(SealError::MembershipLog {
+                    reason: format!(
+                        "the pairing wrap of {:?} names no membership change that admits this device",
+                        wrap.key_id
+                    ),
+                });
             }
         }
-        let account = match (found, last_error) {
+        let (account, anchor) = match (found, last_error) {
             (Some(a), _) => a,
             (None, Some(e)) => return Err(e),
             (None, None) => {
@@ -383,18 +486,53 @@ impl Keyring {
                 });
             }
         };
-        let mut ring = Keyring::holding(did, device_id, device, account);
-        let report = ring.absorb(wraps);
+        let log = Log::verify(did, &records.changes, &anchor, known_heads)?;
+        let mut ring = Keyring::holding(did, device_id, device, account, log);
+        let mut report = ring.absorb(records);
+        report.refused_changes = ring.log.refused().to_vec();
         Ok((ring, report))
     }
 
-    /// Learns what it can from `wraps` (in any order, repeating until nothing
-    /// new opens): rotations to this device, older account keys chained to
-    /// newer ones, chat keys and admissions wrapped to account keys it holds.
-    /// Wraps for other devices or for keys it does not hold are skipped;
-    /// wraps addressed to its keys that do not open are reported.
-    pub fn absorb(&mut self, wraps: &[KeyWrap]) -> AbsorbReport {
+    /// Learns what it can from `records` (in any order): membership changes
+    /// that follow verified ones and keep the rules, then (repeating until
+    /// nothing new opens) rotations to this device, older account keys
+    /// chained to newer ones, and chat keys wrapped to account keys it
+    /// holds. An account key counts only if a verified change names it with
+    /// the public key the wrap carries. Wraps for other devices or for keys
+    /// it does not hold are skipped; wraps addressed to its keys that do not
+    /// open or that no change names are reported.
+    pub fn absorb(&mut self, records: &KeySet) -> AbsorbReport {
         let mut report = AbsorbReport::default();
+        let mut pending: Vec<&SignedChange> = records
+            .changes
+            .iter()
+            .filter(|c| self.log.get(&c.cid).is_none())
+            .collect();
+        loop {
+            let before = pending.len();
+            let mut errors = Vec::new();
+            pending.retain(|c| {
+                if c.change.prev.iter().any(|p| self.log.get(p).is_none()) {
+                    return true; // what it follows may come later in the list
+                }
+                match self.log.accept((*c).clone()) {
+                    Ok(()) => report.changes += 1,
+                    Err(e) => errors.push(format!("{}: {e}", c.cid)),
+                }
+                false
+            });
+            report.refused_changes.extend(errors);
+            if pending.len() == before {
+                break;
+            }
+        }
+        report.refused_changes.extend(
+            pending
+                .iter()
+                .map(|c| format!("{}: it follows a change that is missing or refused", c.cid)),
+        );
+
+        let wraps = &records.wraps;
         let mut done = vec![false; wraps.len()];
         loop {
             let mut progress = false;
@@ -422,6 +560,37 @@ impl Keyring {
         report
     }
 
+    /// Takes the account key `secret` of `wrap` if the log names its keyId
+    /// with that public key.
+    fn take_account(&mut self, wrap: &KeyWrap, secret: &[u8; KEY_LEN]) -> Step {
+        let pair = X25519Pair::from_bytes(*secret);
+        match self.log.account_public_key(&wrap.key_id) {
+            Some(named) if named == pair.public() => {
+                self.accounts.insert(
+                    (wrap.epoch, wrap.key_id.clone()),
+                    AccountKey {
+                        key_id: wrap.key_id.clone(),
+                        epoch: wrap.epoch,
+                        pair,
+                    },
+                );
+                Step::Done
+            }
+            Some(_) => Step::Rejected(SealError::MembershipLog {
+                reason: format!(
+                    "a wrap of {:?} carries another key than the membership log names",
+                    wrap.key_id
+                ),
+            }),
+            None => Step::Rejected(SealError::MembershipLog {
+                reason: format!(
+                    "no verified membership change puts {:?} in force",
+                    wrap.key_id
+                ),
+            }),
+        }
+    }
+
     fn try_absorb(&mut self, wrap: &KeyWrap, report: &mut AbsorbReport) -> Step {
         let Some(kind) = parse_key_id(&wrap.key_id) else {
             return Step::Ignored;
@@ -444,11 +613,13 @@ impl Keyring {
                 let mut error = None;
                 for prev in prevs {
                     let psk = Psk::account(prev.pair.secret_bytes(), &prev.key_id);
-                    match open_wrap(&self.did, wrap, self.device.0.secret_bytes(), &psk) {
+                    match open_wrap(&self.did, wrap, self.device.0.secret_bytes(), &psk, None) {
                         Ok(secret) => {
-                            self.add_account(wrap, &secret);
-                            report.accounts += 1;
-                            return Step::Done;
+                            let step = self.take_account(wrap, &secret);
+                            if matches!(step, Step::Done) {
+                                report.accounts += 1;
+                            }
+                            return step;
                         }
                         Err(e) => error = Some(e),
                     }
@@ -463,7 +634,6 @@ impl Keyring {
                 let consistent = match &kind {
                     KeyKind::Account { epoch: e } => *e == wrap.epoch && wrap.epoch < *epoch,
                     KeyKind::Chat { epoch: e, .. } => *e == wrap.epoch && wrap.epoch == *epoch,
-                    KeyKind::Admission { .. } => wrap.epoch == *epoch,
                 };
                 if !consistent {
                     return Step::Rejected(SealError::malformed(
@@ -476,23 +646,23 @@ impl Keyring {
                         self.accounts.contains_key(&(*epoch, wrap.key_id.clone()))
                     }
                     KeyKind::Chat { .. } => self.chat_keys.contains_key(&wrap.key_id),
-                    KeyKind::Admission { device } => self
-                        .roster
-                        .get(&(*epoch, key_id.clone()))
-                        .is_some_and(|r| r.contains_key(device)),
                 };
                 if already {
                     return Step::Ignored;
                 }
                 let psk = Psk::account(holder.pair.secret_bytes(), &holder.key_id);
-                let secret = match open_wrap(&self.did, wrap, holder.pair.secret_bytes(), &psk) {
-                    Ok(s) => s,
-                    Err(e) => return Step::Rejected(e),
-                };
+                let secret =
+                    match open_wrap(&self.did, wrap, holder.pair.secret_bytes(), &psk, None) {
+                        Ok(s) => s,
+                        Err(e) => return Step::Rejected(e),
+                    };
                 match kind {
                     KeyKind::Account { .. } => {
-                        self.add_account(wrap, &secret);
-                        report.accounts += 1;
+                        let step = self.take_account(wrap, &secret);
+                        if matches!(step, Step::Done) {
+                            report.accounts += 1;
+                        }
+                        step
                     }
                     KeyKind::Chat { chat, epoch } => {
                         self.chat_keys.insert(
@@ -504,29 +674,11 @@ impl Keyring {
                             },
                         );
                         report.chat_keys += 1;
-                    }
-                    KeyKind::Admission { device } => {
-                        self.roster
-                            .entry((*epoch, key_id.clone()))
-                            .or_default()
-                            .insert(device, *secret);
-                        report.devices += 1;
+                        Step::Done
                     }
                 }
-                Step::Done
             }
         }
-    }
-
-    fn add_account(&mut self, wrap: &KeyWrap, secret: &[u8; KEY_LEN]) {
-        self.accounts.insert(
-            (wrap.epoch, wrap.key_id.clone()),
-            AccountKey {
-                key_id: wrap.key_id.clone(),
-                epoch: wrap.epoch,
-                pair: X25519Pair::from_bytes(*secret),
-            },
-        );
     }
 
     fn accounts_at(&self, epoch: u64) -> impl Iterator<Item = &AccountKey> {
@@ -536,35 +688,69 @@ impl Keyring {
             .map(|(_, k)| k)
     }
 
-    /// The account key new seals use: of the keys whose rotation admitted
-    /// this device (with its own public key), the highest epoch, and of
-    /// two rotations at once the greater keyId, so devices agree. A key
-    /// nobody was admitted with (a bare forged rotation wrap) never
-    /// becomes current.
+    fn held(&self, key_id: &str) -> Option<&AccountKey> {
+        let epoch = match parse_key_id(key_id) {
+            Some(KeyKind::Account { epoch }) => epoch,
+            _ => return None,
+        };
+        self.accounts.get(&(epoch, key_id.to_string()))
+    }
+
+    /// The account key new seals use: the one the membership log puts in
+    /// force, if this device is admitted under it and holds it.
+    pub fn sealing_account(&self) -> Result<&AccountKey> {
+        match self.log.standing() {
+            Standing::Settled {
+                epoch,
+                key_id,
+                roster,
+                ..
+            } => {
+                if roster.get(&self.device_id).map(|m| m.public_key)
+                    != Some(self.device.public_key())
+                {
+                    return Err(SealError::NotAdmitted {
+                        epoch,
+                        removed: self.log.removed(&self.device_id),
+                    });
+                }
+                self.held(&key_id)
+                    .ok_or(SealError::AccountKeyPending { key_id, epoch })
+            }
+            Standing::Forked {
+                epoch, left_out, ..
+            } => Err(SealError::MembershipFork {
+                epoch,
+                next: epoch + 1,
+                left_out,
+            }),
+        }
+    }
+
+    /// The account key this device reads and seals with as far as it can:
+    /// the one in force if it holds it, else the newest it holds. For
+    /// sealing, use [`sealing_account`](Self::sealing_account), which
+    /// refuses when this device may not seal.
     pub fn current_account(&self) -> &AccountKey {
-        let me = self.device.public_key();
+        if let Ok(k) = self.sealing_account() {
+            return k;
+        }
         self.accounts
-            .iter()
-            .rev()
-            .find(|(id, _)| {
-                self.roster
-                    .get(id)
-                    .is_some_and(|r| r.get(&self.device_id) == Some(&me))
-            })
-            .map(|(_, k)| k)
-            // A device not yet in any roster (its admission still on its
-            // way) seals with the key it was admitted with.
-            .or_else(|| {
-                self.accounts
-                    .values()
-                    .find(|k| k.key_id == self.admitted_with)
-            })
-            .or_else(|| self.accounts.values().next_back())
+            .values()
+            .next_back()
             .expect("a keyring always holds an account key")
     }
 
-    /// The current account epoch.
+    /// The epoch in force by the membership log (the highest one of a
+    /// fork).
     pub fn account_epoch(&self) -> u64 {
+        self.log.standing().epoch()
+    }
+
+    /// The epoch of [`current_account`](Self::current_account): the epoch
+    /// in force if this device holds its key, else the newest it holds
+    /// (below the one in force on a removed device).
+    pub fn held_epoch(&self) -> u64 {
         self.current_account().epoch
     }
 
@@ -588,77 +774,43 @@ impl Keyring {
         self.device.public_key()
     }
 
-    /// The devices admitted in the current epoch, by record key: during a
-    /// [`Fork`], only those every rotation of the epoch admitted.
+    /// The verified membership log.
+    pub fn log(&self) -> &Log {
+        &self.log
+    }
+
+    /// The newest verified membership changes (keep them to
+    /// [`rejoin`](Self::rejoin) later).
+    pub fn heads(&self) -> Vec<Cid> {
+        self.log.heads()
+    }
+
+    /// The devices admitted now, by record key: during a [`Fork`], only
+    /// those every head kept.
     pub fn devices(&self) -> BTreeMap<String, [u8; KEY_LEN]> {
-        let epoch = self.account_epoch();
-        let mut rosters = self.rosters_at(epoch).map(|(_, r)| r);
-        let Some(first) = rosters.next() else {
-            return BTreeMap::new();
-        };
-        let mut kept = first.clone();
-        for r in rosters {
-            kept.retain(|d, k| r.get(d) == Some(k));
-        }
-        kept
+        public_keys(self.log.standing().roster())
     }
 
-    /// The devices admitted in account epoch `epoch` by any of its keys
-    /// (empty for an epoch whose key this keyring does not hold), by record
-    /// key.
+    /// The devices admitted in account epoch `epoch` by any change, by
+    /// record key.
     pub fn devices_at(&self, epoch: u64) -> BTreeMap<String, [u8; KEY_LEN]> {
-        let mut all = BTreeMap::new();
-        for (_, r) in self.rosters_at(epoch) {
-            all.extend(r.iter().map(|(d, k)| (d.clone(), *k)));
-        }
-        all
+        public_keys(&self.log.roster_at(epoch))
     }
 
-    /// The rosters of the keys of `epoch` this keyring holds, by keyId.
-    fn rosters_at(
-        &self,
-        epoch: u64,
-    ) -> impl Iterator<Item = (&str, &BTreeMap<String, [u8; KEY_LEN]>)> {
-        self.accounts_at(epoch).filter_map(move |a| {
-            self.roster
-                .get(&(epoch, a.key_id.clone()))
-                .map(|r| (a.key_id.as_str(), r))
-        })
-    }
-
-    /// Two rotations of the current epoch that admitted different devices,
-    /// if there are (see the module docs).
+    /// The heads of the log that cannot be reconciled without a rotation,
+    /// if they cannot (see the module docs).
     pub fn fork(&self) -> Option<Fork> {
-        let epoch = self.account_epoch();
-        let me = self.device.public_key();
-        let rosters: Vec<(&str, &BTreeMap<String, [u8; KEY_LEN]>)> = self
-            .rosters_at(epoch)
-            .filter(|(_, r)| r.get(&self.device_id) == Some(&me))
-            .collect();
-        if rosters.windows(2).all(|w| w[0].1 == w[1].1) {
-            return None;
-        }
-        let kept = self.devices();
-        let left_out: BTreeSet<String> = self
-            .devices_at(epoch)
-            .into_keys()
-            .filter(|d| !kept.contains_key(d))
-            .collect();
-        Some(Fork {
-            epoch,
-            key_ids: rosters.iter().map(|(k, _)| (*k).to_owned()).collect(),
-            left_out: left_out.into_iter().collect(),
-        })
-    }
-
-    /// Refuses while the current epoch is forked.
-    fn not_forked(&self) -> Result<()> {
-        match self.fork() {
-            None => Ok(()),
-            Some(f) => Err(SealError::MembershipFork {
-                epoch: f.epoch,
-                next: f.epoch + 1,
-                left_out: f.left_out,
+        match self.log.standing() {
+            Standing::Settled { .. } => None,
+            Standing::Forked {
+                epoch,
+                key_ids,
+                left_out,
+                ..
+            } => Some(Fork {
+                epoch,
+                key_ids,
+                left_out,
             }),
         }
     }
@@ -670,53 +822,38 @@ impl Keyring {
         &self.admitted_with
     }
 
-    fn admission(
+    /// The roster entry this device signs with, refusing if it has none.
+    fn signer(&self) -> Result<crate::repo::keys::SigningKey> {
+        let key = self.device.signing_key();
+        let did_key = key.public_key().to_did_key();
+        let standing = self.log.standing();
+        let entry = standing.roster().get(&self.device_id);
+        if entry.and_then(|m| m.signing_key.as_deref()) != Some(did_key.as_str()) {
+            return Err(SealError::Keyring {
+                reason: "this device has no signing key in the membership roster (it joined from an exported copy); change membership on a device that paired through the account's server".into(),
+            });
+        }
+        Ok(key)
+    }
+
+    /// Signs `change` as this device and adds it to the log.
+    fn commit_change(&mut self, mut change: Change) -> Result<SignedChange> {
+        let key = self.signer()?;
+        change.signer = self.device_id.clone();
+        let signed = change.sign(&self.did, &key)?;
+        self.log.accept(signed.clone())?;
+        Ok(signed)
+    }
+
+    fn pairing_wrap(
         &self,
         account: &AccountKey,
+        code: &PairingCode,
         device_id: &str,
-        public: &[u8; KEY_LEN],
+        change: &Cid,
         rng: &mut impl CryptoRng,
     ) -> Result<KeyWrap> {
         seal_wrap(
-            &self.did,
-            &format!("device:{device_id}"),
-            account.epoch,
-            Recipient::Account {
-                key_id: account.key_id.clone(),
-                epoch: account.epoch,
-            },
-            account.pair.public(),
-            &Psk::account(account.pair.secret_bytes(), &account.key_id),
-            public,
-            now_datetime(),
-            rng,
-        )
-    }
-
-    /// Approves a new device from its pairing code: wraps the current account
-    /// key to it with the pairing PSK and admits it. `device_id` is the
-    /// record key of its `device` record (whose `publicKey` must be the one
-    /// in the code). Returns the wraps to store.
-    pub fn approve(
-        &mut self,
-        code: &PairingCode,
-        device_id: &str,
-        rng: &mut impl CryptoRng,
-    ) -> Result<Vec<KeyWrap>> {
-        self.not_forked()?;
-        let account = self.current_account().clone();
-        if let Some(known) = self
-            .roster
-            .get(&(account.epoch, account.key_id.clone()))
-            .and_then(|r| r.get(device_id))
-            && *known != code.public_key
-        {
-            return Err(SealError::Keyring {
-                reason: format!("device {device_id:?} is already admitted with another public key"),
-            });
-        }
-        let psk = Psk::pairing(code.secret.as_ref(), &code.public_key);
-        let pairing = seal_wrap(
             &self.did,
             &account.key_id,
             account.epoch,
@@ -724,33 +861,70 @@ impl Keyring {
                 device: device_id.to_string(),
             },
             &code.public_key,
-            &psk,
+            &Psk::pairing(code.secret.as_ref(), &code.public_key),
             account.pair.secret_bytes(),
             now_datetime(),
+            Some(change),
             rng,
-        )?;
-        let admission = self.admission(&account, device_id, &code.public_key, rng)?;
-        self.roster
-            .entry((account.epoch, account.key_id.clone()))
-            .or_default()
-            .insert(device_id.to_string(), code.public_key);
-        Ok(vec![pairing, admission])
+        )
+    }
+
+    /// Approves a new device from its pairing code: a membership change
+    /// admitting it (with `signing_key`, the did:key its device record
+    /// proved with the code, if any), and the current account key wrapped to
+    /// it with the pairing PSK, bound to that change. `device_id` is the
+    /// record key of its `device` record (whose `publicKey` must be the one
+    /// in the code). Returns the records to store.
+    pub fn approve(
+        &mut self,
+        code: &PairingCode,
+        device_id: &str,
+        signing_key: Option<String>,
+        rng: &mut impl CryptoRng,
+    ) -> Result<KeySet> {
+        let account = self.sealing_account()?.clone();
+        let Standing::Settled { mut roster, .. } = self.log.standing() else {
+            unreachable!("sealing_account refuses a fork");
+        };
+        if let Some(known) = roster.get(device_id)
+            && known.public_key != code.public_key
+        {
+            return Err(SealError::Keyring {
+                reason: format!("device {device_id:?} is already admitted with another public key"),
+            });
+        }
+        roster.insert(
+            device_id.to_string(),
+            Member {
+                public_key: code.public_key,
+                signing_key,
+            },
+        );
+        let change = Change {
+            roster,
+            ..self
+                .log
+                .next_change(account.epoch, &account.key_id, *account.pair.public())
+        };
+        let signed = self.commit_change(change)?;
+        let pairing = self.pairing_wrap(&account, code, device_id, &signed.cid, rng)?;
+        Ok(KeySet {
+            wraps: vec![pairing],
+            changes: vec![signed],
+        })
     }
 
     /// Removes a device: starts the next account epoch, wraps it to every
-    /// other admitted device, chains the old account key to the new one and
-    /// re-admits the remaining devices. Returns the wraps to store.
-    pub fn remove_device(
-        &mut self,
-        device_id: &str,
-        rng: &mut impl CryptoRng,
-    ) -> Result<Vec<KeyWrap>> {
+    /// other admitted device and chains the old account key to the new one.
+    /// During a fork it also resolves it (the roster is what every head
+    /// kept, less `device_id`). Returns the records to store.
+    pub fn remove_device(&mut self, device_id: &str, rng: &mut impl CryptoRng) -> Result<KeySet> {
         if device_id == self.device_id {
             return Err(SealError::Keyring {
                 reason: "a device cannot remove itself; remove it from another device".into(),
             });
         }
-        let mut remaining = self.devices();
+        let mut remaining = self.log.standing().roster().clone();
         if remaining.remove(device_id).is_none() {
             return Err(SealError::Keyring {
                 reason: format!(
@@ -763,42 +937,76 @@ impl Keyring {
     }
 
     /// Rotates the account key without removing anyone: the next epoch for
-    /// the devices admitted now. Returns the wraps to store.
-    pub fn rotate_account_key(&mut self, rng: &mut impl CryptoRng) -> Result<Vec<KeyWrap>> {
-        self.not_forked()?;
-        let remaining = self.devices();
+    /// the devices admitted now. Returns the records to store.
+    pub fn rotate_account_key(&mut self, rng: &mut impl CryptoRng) -> Result<KeySet> {
+        self.sealing_account()?;
+        let remaining = self.log.standing().roster().clone();
         self.rotate(remaining, rng)
     }
 
     /// Resolves a [`Fork`]: starts the next epoch for the devices every
-    /// rotation of the current one admitted. Returns the wraps to store.
-    pub fn resolve_fork(&mut self, rng: &mut impl CryptoRng) -> Result<Vec<KeyWrap>> {
+    /// head kept. Returns the records to store.
+    pub fn resolve_fork(&mut self, rng: &mut impl CryptoRng) -> Result<KeySet> {
         if self.fork().is_none() {
             return Err(SealError::Keyring {
                 reason: format!("account epoch {} is not forked", self.account_epoch()),
             });
         }
-        let remaining = self.devices();
+        let remaining = self.log.standing().roster().clone();
         if !remaining.contains_key(&self.device_id) {
             return Err(SealError::Keyring {
-                reason: "this device is not kept by every rotation of the epoch; resolve it on one that is".into(),
+                reason: "this device is not kept by every head of the membership log; resolve it on one that is".into(),
             });
         }
         self.rotate(remaining, rng)
     }
 
-    /// Starts the next epoch for `remaining` (this device among them).
-    fn rotate(
-        &mut self,
-        remaining: BTreeMap<String, [u8; KEY_LEN]>,
-        rng: &mut impl CryptoRng,
-    ) -> Result<Vec<KeyWrap>> {
-        let prev = self.current_account().clone();
-        let epoch = prev.epoch + 1;
+    /// Starts the next epoch for `remaining` (this device among them): a
+    /// rotation change that follows every head, the new key wrapped to each
+    /// device (PSK: a key of the epoch before, which every kept device
+    /// holds) and the older keys chained to it.
+    fn rotate(&mut self, remaining: Roster, rng: &mut impl CryptoRng) -> Result<KeySet> {
+        let live: Vec<Change> = self.log.live_heads().into_iter().cloned().collect();
+        let epoch = live.iter().map(|c| c.epoch).max().unwrap_or(0) + 1;
+        // The PSK: the key of a head of the epoch before, which every kept
+        // device holds (each is in every standing head's roster).
+        let prev = live
+            .iter()
+            .filter(|c| c.epoch == epoch - 1)
+            .find_map(|c| self.held(&c.account_key_id))
+            .cloned()
+            .ok_or_else(|| SealError::AccountKeyPending {
+                key_id: live
+                    .iter()
+                    .map(|c| c.account_key_id.clone())
+                    .next()
+                    .unwrap_or_default(),
+                epoch: epoch - 1,
+            })?;
         let next = new_account_key(epoch, rng);
+        let union: BTreeSet<String> = live.iter().flat_map(|c| c.roster.keys().cloned()).collect();
+        // The keys of the heads this rotation follows, chained to the new
+        // one (so devices paired later read what was sealed under them).
+        let mut olds: Vec<AccountKey> = live
+            .iter()
+            .filter_map(|c| self.held(&c.account_key_id).cloned())
+            .collect();
+        olds.sort_by(|a, b| a.key_id.cmp(&b.key_id));
+        olds.dedup_by(|a, b| a.key_id == b.key_id);
+        let change = Change {
+            removed: union
+                .into_iter()
+                .filter(|d| !remaining.contains_key(d))
+                .collect(),
+            roster: remaining.clone(),
+            ..self
+                .log
+                .next_change(epoch, &next.key_id, *next.pair.public())
+        };
+        let signed = self.commit_change(change)?;
         let rotation_psk = Psk::account(prev.pair.secret_bytes(), &prev.key_id);
         let mut wraps = Vec::new();
-        for (device, public) in &remaining {
+        for (device, member) in &remaining {
             wraps.push(seal_wrap(
                 &self.did,
                 &next.key_id,
@@ -806,15 +1014,15 @@ impl Keyring {
                 Recipient::Device {
                     device: device.clone(),
                 },
-                public,
+                &member.public_key,
                 &rotation_psk,
                 next.pair.secret_bytes(),
                 now_datetime(),
+                None,
                 rng,
             )?);
         }
         let chain_psk = Psk::account(next.pair.secret_bytes(), &next.key_id);
-        let olds: Vec<AccountKey> = self.accounts_at(prev.epoch).cloned().collect();
         for old in olds {
             wraps.push(seal_wrap(
                 &self.did,
@@ -828,15 +1036,15 @@ impl Keyring {
                 &chain_psk,
                 old.pair.secret_bytes(),
                 now_datetime(),
+                None,
                 rng,
             )?);
         }
-        for (device, public) in &remaining {
-            wraps.push(self.admission(&next, device, public, rng)?);
-        }
-        self.roster.insert((epoch, next.key_id.clone()), remaining);
         self.accounts.insert((epoch, next.key_id.clone()), next);
-        Ok(wraps)
+        Ok(KeySet {
+            wraps,
+            changes: vec![signed],
+        })
     }
 
     /// The chat key to seal a record of chat `chat` with: the chat's key of
@@ -847,8 +1055,7 @@ impl Keyring {
         chat: &str,
         rng: &mut impl CryptoRng,
     ) -> Result<(ChatKey, Option<KeyWrap>)> {
-        self.not_forked()?;
-        let account = self.current_account().clone();
+        let account = self.sealing_account()?.clone();
         if let Some(entry) = self
             .chat_keys
             .values()
@@ -875,6 +1082,7 @@ impl Keyring {
             &Psk::account(account.pair.secret_bytes(), &account.key_id),
             key.secret(),
             now_datetime(),
+            None,
             rng,
         )?;
         self.chat_keys.insert(
@@ -894,20 +1102,28 @@ impl Keyring {
     }
 }
 
+fn public_keys(roster: &Roster) -> BTreeMap<String, [u8; KEY_LEN]> {
+    roster
+        .iter()
+        .map(|(d, m)| (d.clone(), m.public_key))
+        .collect()
+}
+
 impl KeyLookup for Keyring {
     fn chat_key(&self, key_id: &str) -> Option<&ChatKey> {
         self.chat_keys.get(key_id).map(|e| &e.key)
     }
 }
 
-/// Two rotations of one epoch with different rosters (see the module docs).
+/// Heads of the membership log that cannot be reconciled without a
+/// rotation (see the module docs).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Fork {
-    /// The forked epoch.
+    /// The highest epoch among the heads.
     pub epoch: u64,
-    /// The keys of that epoch, one per rotation.
+    /// The keys the heads put in force.
     pub key_ids: Vec<String>,
-    /// Devices some rotation kept and another did not.
+    /// Devices some head kept and another did not.
     pub left_out: Vec<String>,
 }
 
@@ -944,50 +1160,69 @@ mod tests {
                 epoch: 1
             })
         );
-        assert_eq!(
-            parse_key_id("device:3lbqwz4uv7c22"),
-            Some(KeyKind::Admission {
-                device: "3lbqwz4uv7c22".into()
-            })
-        );
+        assert_eq!(parse_key_id("device:3lbqwz4uv7c22"), None);
         assert_eq!(parse_key_id("ak-0"), None);
         assert_eq!(parse_key_id("chat::1:ab"), None);
     }
 
     const DID: &str = "did:plc:ewvi7nxzyoun6zhxrhs64oiz";
 
-    /// Devices `a` (first) and the others paired by `a`, each keyring
-    /// having absorbed every wrap made so far.
-    fn account(others: &[&str]) -> (BTreeMap<String, Keyring>, Vec<KeyWrap>) {
+    fn did_key(key: &DeviceKey) -> Option<String> {
+        Some(key.signing_key().public_key().to_did_key())
+    }
+
+    /// Devices `a` (first) and the others paired by `a` (with signing
+    /// keys), each keyring having absorbed every record made so far.
+    fn account(
+        others: &[&str],
+    ) -> (
+        BTreeMap<String, Keyring>,
+        KeySet,
+        BTreeMap<String, PairingRequest>,
+    ) {
         let mut rng = super::super::os_rng();
-        let (mut a, mut wraps) =
-            Keyring::create(DID, "a", DeviceKey::generate(&mut rng), &mut rng).unwrap();
+        let a_key = DeviceKey::generate(&mut rng);
+        let a_code = pair_request(&a_key, &mut rng).code().clone();
+        let (mut a, mut records) = Keyring::create(DID, "a", a_key, &a_code, &mut rng).unwrap();
         let mut pending = Vec::new();
         for id in others {
             let key = DeviceKey::generate(&mut rng);
             let request = pair_request(&key, &mut rng);
-            wraps.extend(a.approve(request.code(), id, &mut rng).unwrap());
+            records.extend(
+                a.approve(request.code(), id, did_key(&key), &mut rng)
+                    .unwrap(),
+            );
             pending.push((id.to_string(), key, request));
         }
         let mut rings = BTreeMap::new();
+        let mut requests = BTreeMap::new();
         for (id, key, request) in pending {
-            let (ring, _) = Keyring::join(DID, &id, key, &request, &wraps).unwrap();
-            rings.insert(id, ring);
+            let (ring, report) = Keyring::join(DID, &id, key, &request, &records).unwrap();
+            assert!(report.refused_changes.is_empty(), "{report:?}");
+            rings.insert(id.clone(), ring);
+            requests.insert(id, request);
         }
         rings.insert("a".into(), a);
-        (rings, wraps)
+        (rings, records, requests)
     }
 
-    fn absorb_all(rings: &mut BTreeMap<String, Keyring>, wraps: &[KeyWrap]) {
+    fn absorb_all(rings: &mut BTreeMap<String, Keyring>, records: &KeySet) {
         for r in rings.values_mut() {
-            r.absorb(wraps);
+            r.absorb(records);
+        }
+    }
+
+    fn wraps_only(wraps: Vec<KeyWrap>) -> KeySet {
+        KeySet {
+            wraps,
+            changes: Vec::new(),
         }
     }
 
     #[test]
     fn two_removals_at_once_are_a_fork_resolved_for_the_devices_both_kept() {
         let mut rng = super::super::os_rng();
-        let (mut rings, mut wraps) = account(&["b", "c", "d"]);
+        let (mut rings, mut records, _) = account(&["b", "c", "d"]);
         // a removes c while b removes d, before either sees the other's.
         let ra = rings
             .get_mut("a")
@@ -999,9 +1234,9 @@ mod tests {
             .unwrap()
             .remove_device("d", &mut rng)
             .unwrap();
-        wraps.extend(ra);
-        wraps.extend(rb);
-        absorb_all(&mut rings, &wraps);
+        records.extend(ra);
+        records.extend(rb);
+        absorb_all(&mut rings, &records);
         for id in ["a", "b"] {
             let f = rings[id].fork().expect("a fork");
             assert_eq!(
@@ -1029,9 +1264,9 @@ mod tests {
         // d, removed by b, holds a's epoch-1 key: it must not get the next.
         assert!(rings["d"].account_keys().any(|k| k.epoch == 1));
         let resolved = rings.get_mut("a").unwrap().resolve_fork(&mut rng).unwrap();
-        wraps.extend(resolved);
-        absorb_all(&mut rings, &wraps);
-        for id in ["a", "b"] {
+        records.extend(resolved);
+        absorb_all(&mut rings, &records);
+        for id in ["a", "b", "c", "d"] {
             assert_eq!(rings[id].account_epoch(), 2, "{id}");
             assert!(rings[id].fork().is_none(), "{id}");
             assert_eq!(rings[id].devices().keys().collect::<Vec<_>>(), ["a", "b"]);
@@ -1041,6 +1276,13 @@ mod tests {
                 !rings[id].account_keys().any(|k| k.epoch == 2),
                 "{id} got the resolved epoch"
             );
+            assert!(matches!(
+                rings[id].sealing_account(),
+                Err(SealError::NotAdmitted {
+                    epoch: 2,
+                    removed: true
+                })
+            ));
         }
         // The next chat key is made in epoch 2, which c and d never hold.
         let (key, wrap) = rings
@@ -1054,73 +1296,144 @@ mod tests {
             rings
                 .get_mut(id)
                 .unwrap()
-                .absorb(std::slice::from_ref(&wrap));
+                .absorb(&wraps_only(vec![wrap.clone()]));
             assert!(
                 rings[id].chat_key(key.key_id()).is_none(),
                 "{id} opened the new chat key"
             );
         }
-        assert!(
-            rings
-                .get_mut("b")
-                .unwrap()
-                .absorb(std::slice::from_ref(&wrap))
-                .chat_keys
-                == 1
-        );
+        let report = rings.get_mut("b").unwrap().absorb(&wraps_only(vec![wrap]));
+        assert_eq!(report.chat_keys, 1);
     }
 
     #[test]
-    fn a_removed_device_forging_a_rotation_is_left_out_and_a_bare_wrap_never_becomes_current() {
+    fn a_removed_device_forging_a_rotation_changes_nothing() {
         let mut rng = super::super::os_rng();
-        let (mut rings, mut wraps) = account(&["b", "c"]);
+        let (mut rings, mut records, _) = account(&["b", "c"]);
+        // c as it was before it learnt of its removal: it holds epoch 0
+        // and its signing key is in the roster it knows.
+        let mut stale = rings["c"].clone();
         let removal = rings
             .get_mut("a")
             .unwrap()
             .remove_device("c", &mut rng)
             .unwrap();
-        wraps.extend(removal);
-        absorb_all(&mut rings, &wraps);
+        records.extend(removal);
+        absorb_all(&mut rings, &records);
         let current = rings["a"].current_account().key_id.clone();
-        // c still holds epoch 0 and forges an epoch-1 rotation keeping
-        // everyone. First only the wraps to the others, no admissions.
-        let mut stale = account_stale(&rings["c"]);
+
+        // A rotation c signs from before its removal, keeping everyone:
+        // signed by a device the change it follows admitted, so it
+        // verifies, but its key is held by c, whom the other head removed.
         let forged = stale.rotate_account_key(&mut rng).unwrap();
-        let bare: Vec<KeyWrap> = forged
-            .iter()
-            .filter(|w| matches!(w.recipient, Recipient::Device { .. }))
-            .cloned()
-            .collect();
-        absorb_all(&mut rings, &bare);
+        let report = rings.get_mut("a").unwrap().absorb(&forged);
+        assert_eq!(report.changes, 1, "{report:?}");
+        for id in ["a", "b"] {
+            rings.get_mut(id).unwrap().absorb(&forged);
+            assert!(rings[id].fork().is_none(), "{id}: the removal settles it");
+            assert_eq!(rings[id].sealing_account().unwrap().key_id, current);
+            assert_eq!(rings[id].devices().keys().collect::<Vec<_>>(), ["a", "b"]);
+        }
+
+        // A bare wrap of a new epoch-1 key that no change names.
+        let mut bare = stale.clone();
+        let bare_rotation = bare.rotate_account_key(&mut rng).unwrap();
+        let report = rings
+            .get_mut("b")
+            .unwrap()
+            .absorb(&wraps_only(bare_rotation.wraps));
         assert!(
-            rings["a"].account_keys().filter(|k| k.epoch == 1).count() == 2,
-            "the forged key opens"
+            report
+                .rejected
+                .iter()
+                .any(|(_, e)| matches!(e, SealError::MembershipLog { .. })),
+            "{report:?}"
         );
-        assert_eq!(
-            rings["a"].current_account().key_id,
-            current,
-            "a bare forged key never becomes current"
+        assert!(
+            !rings["b"]
+                .account_keys()
+                .any(|k| k.key_id == bare_rotation.changes[0].change.account_key_id)
         );
-        assert!(rings["a"].fork().is_none());
-        // With its admissions: a fork whose resolution leaves c out.
-        absorb_all(&mut rings, &forged);
-        let f = rings["a"].fork().expect("a fork");
-        assert_eq!(f.left_out, ["c"]);
-        wraps.extend(forged);
-        let resolved = rings.get_mut("a").unwrap().resolve_fork(&mut rng).unwrap();
-        wraps.extend(resolved);
-        absorb_all(&mut rings, &wraps);
-        assert_eq!(rings["b"].account_epoch(), 2);
-        assert!(!rings["c"].account_keys().any(|k| k.epoch == 2));
-        assert_eq!(rings["a"].devices().keys().collect::<Vec<_>>(), ["a", "b"]);
+
+        // A wrap that carries another secret under the key in force.
+        let planted = seal_wrap(
+            DID,
+            &current,
+            1,
+            Recipient::Device { device: "b".into() },
+            &rings["b"].device_public_key(),
+            &Psk::account(
+                stale.accounts_at(0).next().unwrap().pair.secret_bytes(),
+                &stale.accounts_at(0).next().unwrap().key_id,
+            ),
+            &[7u8; KEY_LEN],
+            now_datetime(),
+            None,
+            &mut rng,
+        )
+        .unwrap();
+        let mut fresh_b = rings["b"].clone();
+        fresh_b.accounts.retain(|(_, id), _| *id != current);
+        let report = fresh_b.absorb(&wraps_only(vec![planted]));
+        assert!(
+            matches!(report.rejected[..], [(_, SealError::MembershipLog { .. })]),
+            "{report:?}"
+        );
+        assert!(!fresh_b.accounts.keys().any(|(_, id)| *id == current));
+
+        // c itself learns it was removed.
+        records.extend(forged);
+        rings.get_mut("c").unwrap().absorb(&records);
+        assert!(matches!(
+            rings["c"].sealing_account(),
+            Err(SealError::NotAdmitted { removed: true, .. })
+        ));
+        assert!(!rings["c"].account_keys().any(|k| k.key_id == current));
     }
 
-    /// `c`'s keyring as it was before it learnt of its removal.
-    fn account_stale(c: &Keyring) -> Keyring {
-        let mut stale = c.clone();
-        stale.accounts.retain(|(e, _), _| *e == 0);
-        stale.roster.retain(|(e, _), _| *e == 0);
-        stale
+    #[test]
+    fn a_log_that_loses_a_verified_change_is_refused() {
+        let mut rng = super::super::os_rng();
+        let (mut rings, mut records, requests) = account(&["b", "c"]);
+        let removal = rings
+            .get_mut("a")
+            .unwrap()
+            .remove_device("c", &mut rng)
+            .unwrap();
+        records.extend(removal.clone());
+        let b = rings.get_mut("b").unwrap();
+        b.absorb(&records);
+        let known = b.heads();
+        assert_eq!(known, vec![removal.changes[0].cid]);
+        // The server drops the removal (and its wraps).
+        let mut rolled_back = records.clone();
+        rolled_back
+            .changes
+            .retain(|c| c.cid != removal.changes[0].cid);
+        rolled_back.wraps.retain(|w| w.epoch == 0);
+        let b_ring = &rings["b"];
+        let rejoin = |known: &[Cid], records: &KeySet| {
+            Keyring::rejoin(
+                DID,
+                "b",
+                b_ring.device.clone(),
+                &requests["b"],
+                b_ring.admitted_with(),
+                known,
+                records,
+            )
+        };
+        let err = rejoin(&known, &rolled_back).unwrap_err();
+        assert!(
+            matches!(&err, SealError::MembershipLog { reason } if reason.contains("went backwards")),
+            "{err}"
+        );
+        // Without what it verified before, the same records rebuild the
+        // old epoch (what a fresh copy of the device would see).
+        let (old, _) = rejoin(&[], &rolled_back).unwrap();
+        assert_eq!(old.account_epoch(), 0);
+        let (now, _) = rejoin(&known, &records).unwrap();
+        assert_eq!(now.account_epoch(), 1);
     }
 
     #[test]

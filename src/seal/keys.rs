@@ -174,6 +174,29 @@ impl DeviceKey {
         DeviceKey(X25519Pair::from_bytes(bytes))
     }
 
+    /// The device's membership signing key (P-256), derived from its
+    /// X25519 secret with HKDF-SHA256 so a device keeps one secret file.
+    /// The two uses are kept apart by the HKDF label; neither key reveals
+    /// the other.
+    pub fn signing_key(&self) -> crate::repo::keys::SigningKey {
+        use crate::repo::keys::{KeyAlgorithm, SigningKey};
+        let hk = hkdf::Hkdf::<sha2::Sha256>::new(
+            Some(b"gelstore/device-signing-key/v1"),
+            self.0.secret_bytes(),
+        );
+        // A scalar of zero or above the group order fails; the chance is
+        // about 2^-32 per try, so a counter in the label finds one.
+        for counter in 0u8..=255 {
+            let mut seed = Zeroizing::new([0u8; KEY_LEN]);
+            hk.expand(&[counter], seed.as_mut())
+                .expect("32 bytes is a valid HKDF-SHA256 output length");
+            if let Ok(key) = SigningKey::from_bytes(KeyAlgorithm::P256, seed.as_ref()) {
+                return key;
+            }
+        }
+        unreachable!("256 HKDF outputs were all invalid P-256 scalars")
+    }
+
     /// The public key, as the `device` record's `publicKey`.
     pub fn public_key(&self) -> [u8; KEY_LEN] {
         *self.0.public()

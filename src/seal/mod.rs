@@ -14,6 +14,7 @@
 //! - [`blob`]: sealed blobs, age-style STREAM in 64 KiB chunks.
 //! - [`keys`]: chat, blob, device (X25519, file 0600) and account keys.
 //! - [`wrap`]: HPKE (RFC 9180) key wraps as `keyWrap` records.
+//! - [`membership`]: the signed log of who holds the account key.
 //! - [`keyring`]: a device's keys; pairing, approval, removal and rotation.
 //!
 //! Every function that needs randomness takes the RNG as an argument
@@ -30,6 +31,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod keyring;
 pub mod keys;
+pub mod membership;
 pub mod record;
 mod typed;
 pub mod wrap;
@@ -39,7 +41,10 @@ pub use self::blob::{BlobReader, BlobSeal, SealedBlob, open_blob, seal_blob};
 pub use self::envelope::{Envelope, SEAL_ALG_V1};
 pub use self::error::{Result, SealError};
 pub use self::frame::Padding;
-pub use self::keyring::{AbsorbReport, Fork, Keyring, PairingCode, PairingRequest, pair_request};
+pub use self::keyring::{
+    AbsorbReport, Fork, KeySet, Keyring, PairingCode, PairingRequest, pair_request,
+};
 pub use self::keys::{AccountKey, BlobKey, ChatKey, DeviceKey, KeyLookup, os_rng};
+pub use self::membership::{Log, SignedChange, Standing};
 pub use self::record::{Opened, SealOptions, open_record, seal_record};
 pub use self::wrap::{KeyWrap, Recipient, WRAP_ALG_V1};

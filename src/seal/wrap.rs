@@ -12,7 +12,6 @@
 //! | rotation: a new account epoch `N+1` to a device | device | account key of epoch `N` |
 //! | chain: account key `N` to account key `N+1` | account `N+1` | account key `N+1` |
 //! | chat key of account epoch `E` | account `E` | account key `E` |
-//! | admission: a device's public key | account `E` | account key `E` |
 //!
 //! ```text
 //! account PSK(K)  = HKDF-SHA256(salt = "", IKM = K's X25519 secret,
@@ -25,9 +24,14 @@
 //!                 ‖ u64be(epoch) ‖ recipient
 //!   recipient     = lp("device") ‖ lp(device rkey)
 //!                 | lp("account") ‖ lp(account keyId) ‖ u64be(account epoch)
-//! aad (HPKE)      = ""
-//! enc, ciphertext = SetupPSKS(pkR, info, psk, psk_id) then Seal("", secret)
+//! aad (HPKE)      = lp("gelstore/wrap/aad/v1") ‖ lp(createdAt) ‖ lp(change CID bytes)
+//! enc, ciphertext = SetupPSKS(pkR, info, psk, psk_id) then Seal(aad, secret)
 //! ```
+//!
+//! The change CID is that of the membership change a pairing wrap admits
+//! the device by (see [`super::membership`]): opening the wrap with the
+//! pairing secret is what tells the new device which change to trust. Other
+//! wraps bind an empty one.
 
 use std::collections::BTreeMap;
 
@@ -44,6 +48,7 @@ use zeroize::Zeroizing;
 use super::aad::put_field;
 use super::error::{Result, SealError};
 use super::keys::KEY_LEN;
+use crate::model::Cid;
 
 /// The wrap scheme of version 1.
 pub const WRAP_ALG_V1: &str = "hpke-x25519-hkdf-sha256-chacha20poly1305-v1";
@@ -155,6 +160,19 @@ impl Psk {
     }
 }
 
+/// Label that starts the HPKE associated data.
+pub const WRAP_AAD_LABEL: &str = "gelstore/wrap/aad/v1";
+
+/// The HPKE associated data of a wrap: its `createdAt`, and for a pairing
+/// wrap the CID of the membership change that admits the device.
+pub fn wrap_aad(created_at: &str, change: Option<&Cid>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(96);
+    put_field(&mut out, WRAP_AAD_LABEL.as_bytes());
+    put_field(&mut out, created_at.as_bytes());
+    put_field(&mut out, &change.map(Cid::to_bytes).unwrap_or_default());
+    out
+}
+
 /// The HPKE `info` of a wrap.
 pub fn wrap_info(did: &str, alg: &str, key_id: &str, epoch: u64, recipient: &Recipient) -> Vec<u8> {
     let mut out = Vec::with_capacity(128);
@@ -178,7 +196,7 @@ pub fn wrap_info(did: &str, alg: &str, key_id: &str, epoch: u64, recipient: &Rec
 }
 
 /// Wraps `secret` to `recipient_public` (HPKE PSK mode; the ephemeral key
-/// comes from `rng`).
+/// comes from `rng`), bound to membership change `change` for a pairing.
 #[allow(clippy::too_many_arguments)]
 pub fn seal_wrap(
     did: &str,
@@ -189,9 +207,11 @@ pub fn seal_wrap(
     psk: &Psk,
     secret: &[u8; KEY_LEN],
     created_at: String,
+    change: Option<&Cid>,
     rng: &mut impl CryptoRng,
 ) -> Result<KeyWrap> {
     let info = wrap_info(did, WRAP_ALG_V1, key_id, epoch, &recipient);
+    let aad = wrap_aad(&created_at, change);
     let pk = PublicKey::from_bytes(recipient_public).map_err(|_| SealError::Keyring {
         reason: "recipient public key is not a valid X25519 key".into(),
     })?;
@@ -202,7 +222,7 @@ pub fn seal_wrap(
         ChaCha20Poly1305,
         HkdfSha256,
         X25519HkdfSha256,
-    >(&OpModeS::Psk(bundle), &pk, &info, secret, b"", rng)
+    >(&OpModeS::Psk(bundle), &pk, &info, secret, &aad, rng)
     .map_err(|e| SealError::Keyring {
         reason: format!("HPKE seal failed: {e}"),
     })?;
@@ -217,17 +237,20 @@ pub fn seal_wrap(
     })
 }
 
-/// Opens a wrap with the recipient's key pair and the PSK. Structure is
-/// checked first (alg, sizes); a wrong key, PSK, DID or any edited field
+/// Opens a wrap with the recipient's key pair and the PSK (and, for a
+/// pairing wrap, the membership change it names). Structure is checked
+/// first (alg, sizes); a wrong key, PSK, DID, change or any edited field
 /// fails authentication.
 pub fn open_wrap(
     did: &str,
     wrap: &KeyWrap,
     recipient_secret: &[u8; KEY_LEN],
     psk: &Psk,
+    change: Option<&Cid>,
 ) -> Result<Zeroizing<[u8; KEY_LEN]>> {
     wrap.check()?;
     let info = wrap_info(did, &wrap.alg, &wrap.key_id, wrap.epoch, &wrap.recipient);
+    let aad = wrap_aad(&wrap.created_at, change);
     let sk = PrivateKey::from_bytes(recipient_secret).map_err(|_| SealError::Keyring {
         reason: "invalid X25519 secret".into(),
     })?;
@@ -244,7 +267,7 @@ pub fn open_wrap(
             &enc,
             &info,
             &wrap.ciphertext,
-            b"",
+            &aad,
         )
         .map_err(|_| SealError::AuthenticationFailed {
             what: "the key wrap",

@@ -11,7 +11,7 @@
 //! | anything else    | a conflict: this device changed the record since the last push and so did another device. The PDS is the history, so the remote version is taken; the local one is not lost: it is appended to `sync-conflicts.jsonl` (sealed content stays sealed) and counted |
 
 //!
-//! **Key records only grow.** `device` and `keyWrap` records are never
+//! **Key records only grow.** `device`, `keyWrap` and `membership` records are never
 //! updated or deleted by gelstore; a remote delete or change of one this
 //! store holds is what a hostile PDS (or anyone with the password) would do
 //! to undo a device removal. It is refused: the local record stays (the push
@@ -61,7 +61,7 @@ pub struct MergeReport {
     /// Keys changed on both sides; the local version went to
     /// `sync-conflicts.jsonl`.
     pub conflicts: usize,
-    /// Key records (`device`, `keyWrap`) the remote deleted or changed:
+    /// Key records (`device`, `keyWrap`, `membership`) the remote deleted or changed:
     /// kept here, not merged.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<String>,
@@ -72,9 +72,10 @@ pub struct MergeReport {
 const MESSAGE: &str = crate::lexicon::chat::gel::assistant::message::NSID;
 
 /// The collections whose records are never updated or deleted.
-const APPEND_ONLY: [&str; 2] = [
+const APPEND_ONLY: [&str; 3] = [
     crate::device::records::DEVICE_COLLECTION,
     crate::lexicon::chat::gel::assistant::key_wrap::NSID,
+    crate::lexicon::chat::gel::assistant::membership::NSID,
 ];
 
 /// Checks an incoming record against our lexicons.

@@ -13,6 +13,14 @@ pub const NSID: &str = "chat.gel.assistant.device";
 pub struct Device {
     /// The device's X25519 public key (RFC 7748), 32 raw bytes. Its secret key never leaves the device.
     pub public_key: support::Bytes,
+    /// The device's membership signing key (P-256) as a did:key. Approving devices take it only with a valid signingKeyProof.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signing_key: Option<support::Did>,
+    /// HMAC-SHA256 of signingKey under a key derived from the pairing secret, so a device that approves the pairing code knows the signing key is the new device's own and not one a server put there.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signing_key_proof: Option<support::Bytes>,
     /// What the owner calls the device, such as 'Work laptop'.
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -57,6 +65,15 @@ impl support::Validate for Device {
         let p = path.key("publicKey");
         support::max_bytes(&self.public_key, 32, &p, errors);
         support::min_bytes(&self.public_key, 32, &p, errors);
+        if let Some(v) = &self.signing_key {
+            let p = path.key("signingKey");
+            support::max_length(v.as_str(), 128, &p, errors);
+        }
+        if let Some(v) = &self.signing_key_proof {
+            let p = path.key("signingKeyProof");
+            support::max_bytes(v, 32, &p, errors);
+            support::min_bytes(v, 32, &p, errors);
+        }
         if let Some(v) = &self.name {
             let p = path.key("name");
             support::max_length(v.as_str(), 640, &p, errors);

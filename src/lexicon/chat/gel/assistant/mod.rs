@@ -7,6 +7,7 @@ pub mod device;
 pub mod get_thread;
 pub mod key_wrap;
 pub mod list_approvals;
+pub mod membership;
 pub mod message;
 pub mod settings;
 pub mod subscribe_reply;
