@@ -1022,7 +1022,7 @@ fn golden_vectors_match_fixtures() {
     }
 
     // 2b. A pending reply: no content yet, its authenticator (the empty map
-    //     sealed in the `authenticator` field, Padmé-padded).
+    //     sealed in the `authenticator` field; never padded).
     {
         let key = ChatKey::new("chat:3lbqzdq7qzk22:0:00112233aabbccdd", chat_key_bytes);
         let nonce = unhex("c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7");
@@ -1068,10 +1068,10 @@ fn golden_vectors_match_fixtures() {
         check(
             "message-pending-authenticator.json",
             json!({
-                "description": "A pending chat.gel.assistant.message reply: no content yet, its clear fields authenticated by the empty map sealed in its authenticator field (Padmé padding).",
+                "description": "A pending chat.gel.assistant.message reply: no content yet, its clear fields authenticated by the empty map sealed in its authenticator field (never padded: it always holds the same).",
                 "did": DID, "collection": MESSAGE, "rkey": place.rkey, "field": "authenticator",
                 "keyId": key.key_id(), "chatKey": hex(&chat_key_bytes),
-                "nonce": hex(&nonce), "padding": "padme",
+                "nonce": hex(&nonce), "padding": "none",
                 "record": ipld_to_json(&record).unwrap(),
                 "content": {},
                 "clearFieldsCbor": hex(&encode_dag_cbor(&record).unwrap()), "clearHash": hex(&ctx.clear_hash),

@@ -151,7 +151,7 @@ pub fn open_frame(
 /// replaced, and the other fields are the clear fields the AAD hashes. A
 /// message that carries an `authenticator` (any value: a placeholder) has
 /// it sealed instead of `content`: then `content` must be the empty map and
-/// there are no blobs (see [`AUTHENTICATOR_FIELD`]).
+/// there are no blobs (see [`AUTHENTICATOR_FIELD`]); it is never padded.
 /// `blobs` are the blobs the content refers to, as [`super::seal_blob`]
 /// returned them; their keys go inside the ciphertext, their CIDs and sizes
 /// into the envelope and the AAD. A fresh nonce is drawn from `rng`.
@@ -211,7 +211,13 @@ pub fn seal_record(
     };
     let keys: Vec<&BlobKey> = blobs.iter().map(|b| &b.key).collect();
     let bindings: Vec<BlobBinding> = blobs.iter().map(BlobSeal::binding).collect();
-    let frame = frame::encode(&content_bytes, &keys, options.padding, MAX_FRAME);
+    // An authenticator's plaintext is always the same: padding hides nothing.
+    let padding = if field == AUTHENTICATOR_FIELD {
+        Padding::None
+    } else {
+        options.padding
+    };
+    let frame = frame::encode(&content_bytes, &keys, padding, MAX_FRAME);
     let envelope = seal_frame(&frame, key, &ctx, &bindings, rng)?;
     let mut out: BTreeMap<String, Ipld> = map.clone();
     out.insert(field.to_string(), envelope.to_ipld());
