@@ -177,3 +177,190 @@ fn racing_starts_one_wins() {
         .count();
     assert_eq!((won, taken), (1, n - 1));
 }
+
+/// Rewrites message `key` as a PDS (or anyone with the account password)
+/// would: its JSON edited, written back without any chat key. `None`
+/// deletes it.
+fn pds_rewrites(s: &mut ChatStore, key: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+    use gelstore::repo::repository::Write;
+    let mut value = s
+        .device()
+        .repo()
+        .get("chat.gel.assistant.message", key)
+        .unwrap()
+        .map(|e| e.value)
+        .unwrap_or_else(|| serde_json::json!({}));
+    edit(&mut value);
+    s.repo_mut()
+        .apply(&[Write::Update {
+            collection: "chat.gel.assistant.message".into(),
+            rkey: key.into(),
+            value,
+            swap: None,
+        }])
+        .unwrap();
+    s.refresh().unwrap();
+}
+
+fn pds_creates(s: &mut ChatStore, key: &str, value: serde_json::Value) {
+    use gelstore::repo::repository::Write;
+    s.repo_mut()
+        .apply(&[Write::create("chat.gel.assistant.message", key, value)])
+        .unwrap();
+    s.refresh().unwrap();
+}
+
+#[test]
+fn a_pending_reply_carries_an_authenticator_and_forged_ones_are_tampered() {
+    let (_dir, mut s) = store();
+    let chat = s.create_chat(None, None).unwrap();
+    let msg = s.send(&chat, "hi", None, Attempt::FIRST).unwrap();
+    let pending = s.start_reply(msg, None).unwrap();
+    let key = pending.key.to_string();
+    let stored = s
+        .device()
+        .repo()
+        .get("chat.gel.assistant.message", &key)
+        .unwrap()
+        .unwrap()
+        .value;
+    assert!(stored.get("authenticator").is_some(), "{stored}");
+    assert!(stored.get("content").is_none(), "{stored}");
+    assert_eq!(s.content_state(&key).unwrap(), ContentState::Empty);
+    s.pending_reply(&pending.key).unwrap();
+
+    // Injected model and usage on the real pending reply: the
+    // authenticator no longer opens, and nothing may generate for it.
+    pds_rewrites(&mut s, &key, |v| {
+        v["model"] = serde_json::json!({"provider": "evil", "id": "evil"});
+        v["usage"] = serde_json::json!({"inputTokens": 1, "outputTokens": 1});
+    });
+    let state = s.content_state(&key).unwrap();
+    assert!(matches!(state, ContentState::Unreadable(_)), "{state:?}");
+    let err = s.pending_reply(&pending.key).unwrap_err();
+    assert!(
+        matches!(err, ChatStoreError::UnauthenticatedReply { .. }),
+        "{err}"
+    );
+
+    // A pending reply made up from clear fields alone (what any client
+    // could write before): tampered, never run.
+    let other = s.send(&chat, "second", None, Attempt::FIRST).unwrap();
+    let forged = format!("{other}.r0");
+    let did = s.device().account_did().to_string();
+    pds_creates(
+        &mut s,
+        &forged,
+        serde_json::json!({
+            "$type": "chat.gel.assistant.message",
+            "chat": format!("at://{did}/chat.gel.assistant.chat/{chat}"),
+            "role": "assistant", "status": "pending",
+            "createdAt": "2026-01-01T00:00:00.000Z",
+        }),
+    );
+    assert_eq!(
+        s.content_state(&forged).unwrap(),
+        ContentState::Unauthenticated
+    );
+    let err = s
+        .pending_reply(&ReplyKey::parse(&forged).unwrap())
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("not an authenticated pending reply"),
+        "{err}"
+    );
+    let t = s.thread(&chat).unwrap();
+    assert_eq!(t.states[&forged], ContentState::Unauthenticated);
+}
+
+#[test]
+fn a_finished_reply_cut_back_to_content_less_is_tampered() {
+    let (_dir, mut s) = store();
+    let chat = s.create_chat(None, None).unwrap();
+    let msg = s.send(&chat, "hi", None, Attempt::FIRST).unwrap();
+    let pending = s.start_reply(msg, None).unwrap();
+    let finished = run(&fixture("plain_text_small_deltas"), pending.key);
+    s.finish_reply(&pending, &finished.reply).unwrap();
+    let key = pending.key.to_string();
+    let done = s
+        .device()
+        .repo()
+        .get("chat.gel.assistant.message", &key)
+        .unwrap()
+        .unwrap()
+        .value;
+    assert!(done.get("authenticator").is_none(), "{done}");
+    assert_eq!(s.content_state(&key).unwrap(), ContentState::Open);
+
+    // Content deleted: shown as tampered, not empty.
+    pds_rewrites(&mut s, &key, |v| {
+        v.as_object_mut().unwrap().remove("content");
+    });
+    assert_eq!(s.content_state(&key).unwrap(), ContentState::Missing);
+    // Turned into a content-less pending reply: still tampered, and not a
+    // request any host runs.
+    pds_rewrites(&mut s, &key, |v| {
+        let m = v.as_object_mut().unwrap();
+        for k in ["model", "usage", "stopReason"] {
+            m.remove(k);
+        }
+        m.insert("status".into(), "pending".into());
+    });
+    assert_eq!(
+        s.content_state(&key).unwrap(),
+        ContentState::Unauthenticated
+    );
+    assert!(matches!(
+        s.pending_reply(&pending.key).unwrap_err(),
+        ChatStoreError::UnauthenticatedReply { .. }
+    ));
+    // Given the content's envelope as its authenticator: does not open.
+    pds_rewrites(&mut s, &key, |v| {
+        v["authenticator"] = done["content"].clone();
+    });
+    assert!(matches!(
+        s.content_state(&key).unwrap(),
+        ContentState::Unreadable(_)
+    ));
+}
+
+#[test]
+fn a_user_message_asked_for_in_one_commit_gets_an_authenticated_reply() {
+    let (_dir, mut s) = store();
+    let chat = s.create_chat(None, None).unwrap();
+    let msg = s
+        .send(&chat, "Delete my drafts", None, Attempt::FIRST)
+        .unwrap();
+    let policy = Arc::new(AskFor::tools(["delete_files"]));
+    let (pending, finished) = s
+        .run_reply(
+            msg,
+            None,
+            policy,
+            fixture("approval_waiting")
+                .lines()
+                .map(|l| Ok(l.to_string())),
+            |_| {},
+        )
+        .unwrap();
+    assert!(!finished.waiting.is_empty());
+    let decisions: Vec<_> = finished
+        .waiting
+        .iter()
+        .map(|id| {
+            serde_json::from_value(serde_json::json!({
+                "$type": "chat.gel.assistant.defs#toolApprovalPart",
+                "callId": id, "decision": "approved"
+            }))
+            .unwrap()
+        })
+        .collect();
+    let (_, asked) = s
+        .approve_and_ask(&pending.key.to_string(), &decisions)
+        .unwrap();
+    assert_eq!(
+        s.content_state(&asked.key.to_string()).unwrap(),
+        ContentState::Empty
+    );
+}

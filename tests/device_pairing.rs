@@ -144,6 +144,7 @@ fn message(did: &str, chat: &str, rkey: &str, words: &str) -> SealedWrite {
         usage: None,
         stop_reason: None,
         content: None,
+        authenticator: None,
         created_at: now(),
         extra: Default::default(),
     };

@@ -16,7 +16,9 @@ use gelstore::seal::blob::{
 };
 use gelstore::seal::envelope::{Envelope, SEAL_ALG_V1};
 use gelstore::seal::record::{open_frame, seal_frame};
-use gelstore::seal::{BlobKey, ChatKey, Padding, SealError, SealOptions, open_record, seal_record};
+use gelstore::seal::{
+    BlobKey, ChatKey, Padding, SealError, SealOptions, open_record, seal_blob_with, seal_record,
+};
 use seal_rng::{FixedRng, HashRng, hex};
 use serde_json::json;
 
@@ -305,11 +307,13 @@ fn each_aad_input_is_bound_on_its_own() {
     let ctx = AadContext {
         place: place(),
         record_type: MESSAGE,
+        field: "content",
         clear_hash: [7; 32],
     };
     let blobs = vec![BlobBinding {
         cid: cid_for_blob(b"b"),
         size: 17,
+        mime_type: "application/octet-stream".into(),
     }];
     let env = seal_frame(
         b"\0\0\0\x01\xa0",
@@ -353,6 +357,10 @@ fn each_aad_input_is_bound_on_its_own() {
             clear_hash: hash,
             ..ctx.clone()
         },
+        AadContext {
+            field: "authenticator",
+            ..ctx.clone()
+        },
     ];
     for c in &contexts {
         assert!(is_auth(&open_frame(&env, &k, c).unwrap_err()), "{c:?}");
@@ -368,7 +376,13 @@ fn each_aad_input_is_bound_on_its_own() {
     e.blobs[0].cid = cid_for_blob(b"c");
     envs.push(e);
     let mut e = env.clone();
+    e.blobs[0].mime_type = "text/html".into();
+    envs.push(e);
+    let mut e = env.clone();
     e.blobs.clear();
+    envs.push(e);
+    let mut e = env.clone();
+    e.typed = true;
     envs.push(e);
     let mut e = env.clone();
     e.ciphertext[0] ^= 1;
@@ -383,19 +397,30 @@ fn each_aad_input_is_bound_on_its_own() {
         Err(SealError::UnsupportedAlg { .. })
     ));
     // The AAD differs for every one of those inputs.
-    let base = record_aad(SEAL_ALG_V1, k.key_id(), &env.nonce, &ctx, &blobs);
+    let base = record_aad(SEAL_ALG_V1, k.key_id(), &env.nonce, "", &ctx, &blobs);
     for c in &contexts {
         assert_ne!(
-            record_aad(SEAL_ALG_V1, k.key_id(), &env.nonce, c, &blobs),
+            record_aad(SEAL_ALG_V1, k.key_id(), &env.nonce, "", c, &blobs),
             base
         );
     }
     assert_ne!(
-        record_aad("other", k.key_id(), &env.nonce, &ctx, &blobs),
+        record_aad("other", k.key_id(), &env.nonce, "", &ctx, &blobs),
         base
     );
     assert_ne!(
-        record_aad(SEAL_ALG_V1, "other", &env.nonce, &ctx, &blobs),
+        record_aad(SEAL_ALG_V1, "other", &env.nonce, "", &ctx, &blobs),
+        base
+    );
+    assert_ne!(
+        record_aad(
+            SEAL_ALG_V1,
+            k.key_id(),
+            &env.nonce,
+            "chat.gel.assistant.defs#encryptedContent",
+            &ctx,
+            &blobs
+        ),
         base
     );
 }
@@ -516,6 +541,7 @@ fn invalid_plaintext_is_named_after_the_tag_verifies() {
     let ctx = AadContext {
         place: place(),
         record_type: MESSAGE,
+        field: "content",
         clear_hash: clear_fields_hash(map, "content").unwrap(),
     };
     for frame in [
@@ -585,7 +611,11 @@ fn blob_stream_round_trips_at_chunk_edges() {
     ] {
         let plain: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         let sealed = seal_blob(&plain, &mut rng).unwrap();
-        assert_eq!(sealed.bytes.len() as u64, sealed_len(len as u64), "{len}");
+        assert_eq!(
+            sealed.bytes.len() as u64,
+            sealed_len(len as u64, Padding::Padme),
+            "{len}"
+        );
         assert_eq!(sealed.seal.cid, cid_for_blob(&sealed.bytes));
         assert_eq!(
             open_blob(&sealed.bytes, &sealed.seal).unwrap(),
@@ -641,20 +671,25 @@ fn blob_stream_never_releases_unverified_or_truncated_plaintext() {
     let cut = &bytes[..2 * SEALED_CHUNK_SIZE];
     let (out, res) = read_all(cut, &seal_for(cut, &key));
     assert!(matches!(res, Err(SealError::Truncated { .. })), "{res:?}");
-    assert_eq!(
-        out.len(),
-        CHUNK_SIZE,
-        "only the first, verified chunk came out"
-    );
+    // The length header in the first chunk already shows the cut, so
+    // nothing comes out at all.
+    assert!(out.is_empty(), "{} bytes came out", out.len());
     assert!(matches!(
         open_blob(cut, &seal_for(cut, &key)),
         Err(SealError::Truncated { .. })
     ));
 
-    // Cut inside a chunk.
+    // Cut inside a chunk: the length header shows it (a cut chunk alone
+    // would fail its tag).
     let cut = &bytes[..SEALED_CHUNK_SIZE + 100];
     assert!(matches!(
         open_blob(cut, &seal_for(cut, &key)),
+        Err(SealError::Truncated { .. })
+    ));
+    let mut torn = bytes[..bytes.len() - 1].to_vec();
+    torn.push(bytes[bytes.len() - 1] ^ 1);
+    assert!(matches!(
+        open_blob(&torn, &seal_for(&torn, &key)),
         Err(SealError::AuthenticationFailed { .. })
     ));
 
@@ -678,13 +713,16 @@ fn blob_stream_never_releases_unverified_or_truncated_plaintext() {
     appended.extend_from_slice(&bytes[..c]);
     let mut dropped = bytes[..c].to_vec();
     dropped.extend_from_slice(&bytes[2 * c..]);
-    for b in [swapped, appended, dropped] {
+    for b in [swapped, appended] {
         let r = open_blob(&b, &seal_for(&b, &key));
         assert!(
             matches!(r, Err(SealError::AuthenticationFailed { .. })),
             "{r:?}"
         );
     }
+    // A dropped chunk leaves less than the length header says.
+    let r = open_blob(&dropped, &seal_for(&dropped, &key));
+    assert!(matches!(r, Err(SealError::Truncated { .. })), "{r:?}");
 
     // The record's CID and size are checked before any decryption.
     let other = seal_blob_with_key(b"other", key.clone()).unwrap();
@@ -891,10 +929,11 @@ fn golden_vectors_match_fixtures() {
         let ctx = AadContext {
             place: place(),
             record_type: MESSAGE,
+            field: "content",
             clear_hash: clear_fields_hash(map, "content").unwrap(),
         };
         let bindings = vec![blob.seal.binding()];
-        let aad = record_aad(SEAL_ALG_V1, key.key_id(), &nonce, &ctx, &bindings);
+        let aad = record_aad(SEAL_ALG_V1, key.key_id(), &nonce, "", &ctx, &bindings);
         let env = Envelope::from_ipld(&Ipld::Map(sealed_field(&sealed).clone())).unwrap();
         let frame = open_frame(&env, &key, &ctx).unwrap();
         check(
@@ -955,6 +994,7 @@ fn golden_vectors_match_fixtures() {
         let ctx = AadContext {
             place,
             record_type: CHAT,
+            field: "sealed",
             clear_hash: clear_fields_hash(map, "sealed").unwrap(),
         };
         let Ipld::Map(m) = &sealed else { panic!() };
@@ -973,7 +1013,71 @@ fn golden_vectors_match_fixtures() {
                 "recordKey": hex(record_key(&chat_key_bytes, SEAL_ALG_V1, key.key_id()).as_ref()),
                 "contentCbor": hex(&encode_dag_cbor(&fields).unwrap()),
                 "frame": hex(&frame),
-                "aad": hex(&record_aad(SEAL_ALG_V1, key.key_id(), &nonce, &ctx, &[])),
+                "aad": hex(&record_aad(SEAL_ALG_V1, key.key_id(), &nonce, "", &ctx, &[])),
+                "ciphertext": hex(&env.ciphertext),
+                "sealedRecord": ipld_to_json(&sealed).unwrap(),
+            }),
+        );
+    }
+
+    // 2b. A pending reply: no content yet, its authenticator (the empty map
+    //     sealed in the `authenticator` field; never padded).
+    {
+        let key = ChatKey::new("chat:3lbqzdq7qzk22:0:00112233aabbccdd", chat_key_bytes);
+        let nonce = unhex("c0c1c2c3c4c5c6c7c8c9cacbcccdcecfd0d1d2d3d4d5d6d7");
+        let place = Place {
+            did: DID,
+            collection: MESSAGE,
+            rkey: "3lbqzdq7qzk22.r0",
+        };
+        let record = record_from_json(&json!({
+            "$type": MESSAGE,
+            "chat": format!("at://{DID}/{CHAT}/3lbqzdq7qzk22"),
+            "role": "assistant", "status": "pending",
+            "createdAt": "2025-11-29T19:40:01.000Z",
+        }))
+        .unwrap();
+        let with_placeholder = with_field(
+            &record,
+            &["authenticator"],
+            Some(Ipld::Map(BTreeMap::new())),
+        );
+        let sealed = seal_record(
+            &with_placeholder,
+            &place,
+            &Ipld::Map(BTreeMap::new()),
+            &[],
+            &key,
+            &SealOptions::default(),
+            &mut FixedRng::new(&nonce),
+        )
+        .unwrap();
+        let Ipld::Map(map) = &record else { panic!() };
+        let ctx = AadContext {
+            place,
+            record_type: MESSAGE,
+            field: "authenticator",
+            clear_hash: clear_fields_hash(map, "authenticator").unwrap(),
+        };
+        let Ipld::Map(m) = &sealed else { panic!() };
+        let env = Envelope::from_ipld(&m["authenticator"]).unwrap();
+        let frame = open_frame(&env, &key, &ctx).unwrap();
+        let opened = open_record(&sealed, &place, &key).unwrap();
+        assert_eq!(opened.field, "authenticator");
+        check(
+            "message-pending-authenticator.json",
+            json!({
+                "description": "A pending chat.gel.assistant.message reply: no content yet, its clear fields authenticated by the empty map sealed in its authenticator field (never padded: it always holds the same).",
+                "did": DID, "collection": MESSAGE, "rkey": place.rkey, "field": "authenticator",
+                "keyId": key.key_id(), "chatKey": hex(&chat_key_bytes),
+                "nonce": hex(&nonce), "padding": "none",
+                "record": ipld_to_json(&record).unwrap(),
+                "content": {},
+                "clearFieldsCbor": hex(&encode_dag_cbor(&record).unwrap()), "clearHash": hex(&ctx.clear_hash),
+                "recordKey": hex(record_key(&chat_key_bytes, SEAL_ALG_V1, key.key_id()).as_ref()),
+                "contentCbor": hex(&encode_dag_cbor(&Ipld::Map(BTreeMap::new())).unwrap()),
+                "frame": hex(&frame),
+                "aad": hex(&record_aad(SEAL_ALG_V1, key.key_id(), &nonce, "", &ctx, &[])),
                 "ciphertext": hex(&env.ciphertext),
                 "sealedRecord": ipld_to_json(&sealed).unwrap(),
             }),
@@ -993,8 +1097,9 @@ fn golden_vectors_match_fixtures() {
         check(
             "blob-two-chunks.json",
             json!({
-                "description": "A 70,000-byte blob (byte i = i mod 251) sealed as two STREAM chunks.",
+                "description": "A 70,000-byte blob (byte i = i mod 251) sealed as two STREAM chunks: u64be(70000), the plaintext, then zero padding up to padme(70008).",
                 "blobKey": hex(&key), "plaintextLength": 70_000, "plaintextByte": "i mod 251",
+                "streamLength": gelstore::seal::blob::stream_len(70_000, Padding::Padme),
                 "size": blob.seal.size, "cid": blob.seal.cid.to_string(),
                 "sha256": hex(&sha2::Sha256::digest(&blob.bytes)),
                 "chunk0Nonce": "000000000000000000000000", "chunk0Tag": hex(&blob.bytes[c - 16..c]),
@@ -1052,3 +1157,216 @@ fn golden_vectors_match_fixtures() {
 }
 
 use gelstore::seal::{Recipient, WRAP_ALG_V1 as WRAP_ALG};
+
+/// `record` edited as atproto JSON, the way a PDS (or anyone with the
+/// account password) rewrites a record through `putRecord`.
+fn edited(record: &Ipld, edit: impl FnOnce(&mut serde_json::Value)) -> Ipld {
+    let mut v = gelstore::model::ipld_to_json(record).unwrap();
+    edit(&mut v);
+    record_from_json(&v).unwrap()
+}
+
+fn pending_place() -> Place<'static> {
+    Place {
+        rkey: "3lbqzdw5pzk22.r0",
+        ..place()
+    }
+}
+
+/// A pending reply as a device writes it: no content, an authenticator.
+fn sealed_pending() -> Ipld {
+    let record = record_from_json(&json!({
+        "$type": MESSAGE,
+        "chat": format!("at://{DID}/{CHAT}/3lbqzdq7qzk22"),
+        "role": "assistant",
+        "status": "pending",
+        "createdAt": "2025-11-29T19:41:01.000Z",
+        "authenticator": {},
+    }))
+    .unwrap();
+    seal_record(
+        &record,
+        &pending_place(),
+        &Ipld::Map(BTreeMap::new()),
+        &[],
+        &key(),
+        &SealOptions::default(),
+        &mut HashRng::new("pending"),
+    )
+    .unwrap()
+}
+
+#[test]
+fn a_pending_reply_is_authenticated_and_every_forgery_of_one_fails() {
+    let pending = sealed_pending();
+    let opened = open_record(&pending, &pending_place(), &key()).unwrap();
+    assert_eq!(opened.field, "authenticator");
+    assert_eq!(opened.content, Ipld::Map(BTreeMap::new()));
+
+    // A hostile PDS edits the clear fields of a real pending reply: an
+    // injected model and usage, a finished status, another chat.
+    for edit in [
+        (|v: &mut serde_json::Value| v["model"] = json!({"provider": "evil", "id": "evil"}))
+            as fn(&mut serde_json::Value),
+        |v| v["usage"] = json!({"inputTokens": 1, "outputTokens": 999_999}),
+        |v| v["status"] = json!("complete"),
+        |v| v["chat"] = json!(format!("at://{DID}/{CHAT}/3lbqzzzzzzz22")),
+        |v| v["role"] = json!("user"),
+        |v| v["authenticator"]["$type"] = json!("chat.gel.assistant.defs#encryptedContent"),
+    ] {
+        let e = open_err(&edited(&pending, edit), &pending_place());
+        assert!(is_auth(&e), "{e:?}");
+    }
+    // The real authenticator copied to another reply key, or the record
+    // replayed at another attempt.
+    let other = Place {
+        rkey: "3lbqzdw5pzk22.r1",
+        ..place()
+    };
+    assert!(is_auth(&open_err(&pending, &other)));
+
+    // Its envelope moved into `content` (to pass as an empty message):
+    // the field name is bound.
+    let moved = edited(&pending, |v| {
+        let a = v.as_object_mut().unwrap().remove("authenticator").unwrap();
+        v["content"] = a;
+    });
+    assert!(is_auth(&open_err(&moved, &pending_place())));
+
+    // A forged pending reply with no authenticator, or with both fields.
+    let stripped = edited(&pending, |v| {
+        v.as_object_mut().unwrap().remove("authenticator");
+    });
+    assert!(matches!(
+        open_err(&stripped, &pending_place()),
+        SealError::Malformed { .. }
+    ));
+    let real = seal_with(&message_record(), &[], "content");
+    let both = edited(&pending, |v| {
+        v["content"] = gelstore::model::ipld_to_json(&real).unwrap()["content"].clone();
+    });
+    let e = open_err(&both, &pending_place());
+    assert!(
+        matches!(&e, SealError::Malformed { reason, .. } if reason.contains("both")),
+        "{e:?}"
+    );
+
+    // A real message's content envelope planted as an authenticator.
+    let planted = edited(&real, |v| {
+        let c = v.as_object_mut().unwrap().remove("content").unwrap();
+        v["authenticator"] = c;
+    });
+    assert!(is_auth(&open_err(&planted, &place())));
+}
+
+#[test]
+fn an_authenticator_seals_only_the_empty_map() {
+    let record = edited(&message_record(), |v| {
+        v["authenticator"] = json!({});
+    });
+    let r = seal_record(
+        &record,
+        &place(),
+        &content("smuggled"),
+        &[],
+        &key(),
+        &SealOptions::default(),
+        &mut HashRng::new("x"),
+    );
+    assert!(
+        matches!(r, Err(SealError::InvalidPlaintext { .. })),
+        "{r:?}"
+    );
+    // Even a key holder's hand-made authenticator with something inside is
+    // refused after the tag verifies.
+    let Ipld::Map(map) = &record else { panic!() };
+    let ctx = AadContext {
+        place: place(),
+        record_type: MESSAGE,
+        field: "authenticator",
+        clear_hash: clear_fields_hash(map, "authenticator").unwrap(),
+    };
+    let env = seal_frame(
+        b"\0\0\0\x01\xa0\0",
+        &key(),
+        &ctx,
+        &[],
+        &mut HashRng::new("y"),
+    )
+    .unwrap();
+    assert!(
+        open_record(
+            &with_field(&record, &["authenticator"], Some(env.to_ipld())),
+            &place(),
+            &key()
+        )
+        .is_ok()
+    );
+    let env = seal_frame(
+        &[
+            &[0, 0, 0, 9][..],
+            &gelstore::model::encode_dag_cbor(&content("x")).unwrap()[..9],
+        ]
+        .concat(),
+        &key(),
+        &ctx,
+        &[],
+        &mut HashRng::new("z"),
+    )
+    .unwrap();
+    let e = open_err(
+        &with_field(&record, &["authenticator"], Some(env.to_ipld())),
+        &place(),
+    );
+    assert!(matches!(e, SealError::InvalidPlaintext { .. }), "{e:?}");
+}
+
+#[test]
+fn a_blob_mime_type_and_the_envelope_type_are_bound() {
+    let blob = seal_blob(b"attachment bytes", &mut HashRng::new("blob")).unwrap();
+    let sealed = seal_with(&message_record(), std::slice::from_ref(&blob.seal), "mime");
+    assert!(open_record(&sealed, &place(), &key()).is_ok());
+    // The PDS relabels the stored blob (served as HTML to whoever follows
+    // the ref), or adds/drops the envelope's `$type`.
+    let relabelled = edited(&sealed, |v| {
+        v["content"]["blobs"][0]["mimeType"] = json!("text/html");
+    });
+    assert!(is_auth(&open_err(&relabelled, &place())));
+    let typed = edited(&sealed, |v| {
+        v["content"]["$type"] = json!("chat.gel.assistant.defs#encryptedContent");
+    });
+    assert!(is_auth(&open_err(&typed, &place())));
+    // An envelope sealed with `$type` opens only with it.
+    let Ipld::Map(map) = &message_record() else {
+        panic!()
+    };
+    let ctx = AadContext {
+        place: place(),
+        record_type: MESSAGE,
+        field: "content",
+        clear_hash: clear_fields_hash(map, "content").unwrap(),
+    };
+    let mut env = seal_frame(b"\0\0\0\x01\xa0", &key(), &ctx, &[], &mut HashRng::new("t")).unwrap();
+    env.typed = true;
+    assert!(is_auth(&open_frame(&env, &key(), &ctx).unwrap_err()));
+}
+
+#[test]
+fn sealed_blob_sizes_do_not_give_the_exact_length() {
+    let mut rng = HashRng::new("sizes");
+    // Lengths a few bytes apart seal to the same size; the smallest blobs
+    // all look alike.
+    let mut size = |n: usize| seal_blob(&vec![1u8; n], &mut rng).unwrap().seal.size;
+    assert_eq!(size(0), size(200));
+    assert_eq!(size(100_000), size(100_100));
+    assert_ne!(size(1000), 1000 + 16);
+    for n in [0usize, 1, 5000, 65_528, 65_529, 200_000] {
+        let s = size(n) as f64;
+        let exact = (n + 16) as f64;
+        assert!(s >= exact && s <= exact * 1.13 + 300.0, "{n}: {s}");
+    }
+    // Unpadded, the stream still carries its length header.
+    let plain = seal_blob_with(b"abc", BlobKey::from_bytes([3; 32]), Padding::None).unwrap();
+    assert_eq!(plain.seal.size, 8 + 3 + 16);
+    assert_eq!(open_blob(&plain.bytes, &plain.seal).unwrap(), b"abc");
+}

@@ -153,9 +153,56 @@ fn get_auth(serve: &Serve, token: &str, path: &str) -> common_serve::Response {
     )
 }
 
-/// Asks for a reply the way any client can: a `pending` reply record
-/// (clear metadata only, nothing sealed).
-fn ask(serve: &Serve, token: &str, chat: &str, message: &str) -> String {
+/// The pending reply to `message` as a device of the account writes it
+/// (with its authenticator, sealed under the chat key), made with
+/// `gelstore chat ask` on a copy of `data` while no server holds it: what a
+/// client device then sends the server. Returns the reply key and record.
+fn sealed_ask(data: &Path, message: &str) -> (String, Value) {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for e in std::fs::read_dir(from).unwrap() {
+            let e = e.unwrap();
+            let target = to.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                copy(&e.path(), &target);
+            } else {
+                std::fs::copy(e.path(), &target).unwrap();
+            }
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let device = dir.path().join("device");
+    copy(data, &device);
+    let reply = first_line(&gel_ok(&device, &["chat", "ask", "--to", message]));
+    let record = gel_ok(
+        &device,
+        &["repo", "get", "chat.gel.assistant.message", &reply],
+    );
+    (reply, serde_json::from_str(&record).unwrap())
+}
+
+/// Asks for a reply the way a client device does: `createRecord` of the
+/// pending reply it sealed (see [`sealed_ask`]).
+fn ask(serve: &Serve, token: &str, asked: &(String, Value)) -> String {
+    let (reply, record) = asked;
+    let r = post(
+        serve,
+        token,
+        "com.atproto.repo.createRecord",
+        json!({
+            "repo": serve.did,
+            "collection": "chat.gel.assistant.message",
+            "rkey": reply,
+            "record": record,
+        }),
+    );
+    assert_eq!(r.status, 200, "createRecord: {}", r.text());
+    reply.clone()
+}
+
+/// A pending reply made of clear fields alone, as anyone who can write the
+/// repository (the PDS, the password holder) can: no authenticator.
+fn forge_ask(serve: &Serve, token: &str, chat: &str, message: &str) -> String {
     let reply = format!("{message}.r0");
     let r = post(
         serve,
@@ -170,6 +217,7 @@ fn ask(serve: &Serve, token: &str, chat: &str, message: &str) -> String {
                 "chat": format!("at://{}/chat.gel.assistant.chat/{chat}", serve.did),
                 "role": "assistant",
                 "status": "pending",
+                "model": {"provider": "evil", "id": "evil"},
                 "createdAt": "2026-11-30T00:00:00.000Z",
             },
         }),
@@ -269,10 +317,11 @@ fn the_assistant_runs_streams_and_answers_approvals() {
         ],
     ));
 
+    let asked = sealed_ask(&data, &message);
     let serve = start(&data);
     assert_eq!(serve.did, did);
     let token = serve.access_token();
-    let reply = ask(&serve, &token, &chat, &message);
+    let reply = ask(&serve, &token, &asked);
     let frames = subscribe(&serve, &token, &reply, None);
     assert_eq!(kinds(&frames), fixture_kinds("approval_waiting"));
     let seqs: Vec<i64> = frames.iter().map(Frame::seq).collect();
@@ -409,10 +458,12 @@ fn a_failing_command_fails_the_reply_and_keeps_what_it_made() {
     let send = |text: &str| first_line(&gel_ok(&data, &["chat", "send", "--chat", &chat, text]));
     let linger = send("STREAM:linger");
     let hang = send("STREAM:hang");
+    let [crash, garbage, linger, hang] =
+        [&crash, &garbage, &linger, &hang].map(|m| sealed_ask(&data, m));
     let serve = start_with(&data, &["--assistant-idle-secs", "2"]);
     let token = serve.access_token();
 
-    let reply = ask(&serve, &token, &chat, &crash);
+    let reply = ask(&serve, &token, &crash);
     let frames = subscribe(&serve, &token, &reply, None);
     assert_eq!(
         kinds(&frames),
@@ -421,20 +472,20 @@ fn a_failing_command_fails_the_reply_and_keeps_what_it_made() {
     );
     assert_eq!(status_of(&serve, &reply), "failed");
 
-    let reply = ask(&serve, &token, &chat, &garbage);
+    let reply = ask(&serve, &token, &garbage);
     let frames = subscribe(&serve, &token, &reply, None);
     assert_eq!(kinds(&frames), ["#error", "#done"], "{frames:?}");
     assert_eq!(status_of(&serve, &reply), "failed");
 
     // A command that ends its run but stays alive is stopped: the reply
     // completes at its end line, not when the command exits.
-    let reply = ask(&serve, &token, &chat, &linger);
+    let reply = ask(&serve, &token, &linger);
     let frames = subscribe(&serve, &token, &reply, None);
     assert_eq!(kinds(&frames), fixture_kinds("plain_text_small_deltas"));
     assert_eq!(status_of(&serve, &reply), "complete");
     // One that goes quiet is cut after --assistant-idle-secs: interrupted,
     // what it made kept.
-    let reply = ask(&serve, &token, &chat, &hang);
+    let reply = ask(&serve, &token, &hang);
     let frames = subscribe(&serve, &token, &reply, None);
     assert_eq!(
         kinds(&frames),
@@ -465,10 +516,11 @@ fn a_reply_left_pending_by_a_stop_is_run_at_the_next_start() {
     start(&data).stop();
     let chat = first_line(&gel_ok(&data, &["chat", "new"]));
     let message = first_line(&gel_ok(&data, &["chat", "send", "--chat", &chat, "Hello"]));
+    let asked = sealed_ask(&data, &message);
     let serve = Serve::start_in(&data, &[]);
     let _ = token;
     let token = serve.access_token();
-    let reply = ask(&serve, &token, &chat, &message);
+    let reply = ask(&serve, &token, &asked);
     assert_eq!(status_of(&serve, &reply), "pending");
     serve.stop();
     let serve = start(&data);
@@ -663,9 +715,9 @@ fn a_pending_reply_in_a_too_big_commit_is_run() {
     start(&data).stop();
     let chat = first_line(&gel_ok(&data, &["chat", "new"]));
     let message = first_line(&gel_ok(&data, &["chat", "send", "--chat", &chat, "Hello"]));
+    let (reply, record) = sealed_ask(&data, &message);
     let serve = start(&data);
     let token = serve.access_token();
-    let reply = format!("{message}.r0");
     let filler = "x".repeat(250_000);
     let mut writes: Vec<Value> = (0..5)
         .map(|i| {
@@ -682,13 +734,7 @@ fn a_pending_reply_in_a_too_big_commit_is_run() {
         "$type": "com.atproto.repo.applyWrites#create",
         "collection": "chat.gel.assistant.message",
         "rkey": reply,
-        "value": {
-            "$type": "chat.gel.assistant.message",
-            "chat": format!("at://{}/chat.gel.assistant.chat/{chat}", serve.did),
-            "role": "assistant",
-            "status": "pending",
-            "createdAt": "2026-11-30T00:00:00.000Z",
-        },
+        "value": record,
     }));
     let r = post(
         &serve,
@@ -700,4 +746,57 @@ fn a_pending_reply_in_a_too_big_commit_is_run() {
     let frames = subscribe(&serve, &token, &reply, None);
     assert_eq!(kinds(&frames), fixture_kinds("plain_text_small_deltas"));
     assert_eq!(status_of(&serve, &reply), "complete");
+}
+
+/// Attacks on the request to generate: whoever can write the repository
+/// (the PDS operator, anyone with the account password) writes a pending
+/// reply of clear fields, with a model and usage of their choosing, or
+/// edits a real one. The assistant runs none of them; the real request
+/// next to them is run as usual, and `getThread` names the forgeries.
+#[test]
+fn forged_or_edited_pending_replies_are_never_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    start(&data).stop();
+    let chat = first_line(&gel_ok(&data, &["chat", "new"]));
+    let send = |text: &str| first_line(&gel_ok(&data, &["chat", "send", "--chat", &chat, text]));
+    let forged_for = send("STREAM:plain_text_small_deltas");
+    let edited_for = send("STREAM:plain_text_small_deltas");
+    let real_for = send("STREAM:plain_text_small_deltas");
+    let (edited_key, mut edited) = sealed_ask(&data, &edited_for);
+    edited["model"] = json!({"provider": "evil", "id": "evil"});
+    let real = sealed_ask(&data, &real_for);
+    let serve = start(&data);
+    let token = serve.access_token();
+
+    let forged = forge_ask(&serve, &token, &chat, &forged_for);
+    let edited = ask(&serve, &token, &(edited_key, edited));
+    // Written after both: once it is done, the watcher has seen them.
+    let reply = ask(&serve, &token, &real);
+    let frames = subscribe(&serve, &token, &reply, None);
+    assert_eq!(kinds(&frames), fixture_kinds("plain_text_small_deltas"));
+    assert_eq!(status_of(&serve, &reply), "complete");
+    assert_eq!(status_of(&serve, &forged), "pending");
+    assert_eq!(status_of(&serve, &edited), "pending");
+
+    let thread = get_auth(
+        &serve,
+        &token,
+        &format!("chat.gel.assistant.getThread?chat={chat}"),
+    );
+    assert_eq!(thread.status, 200, "{}", thread.text());
+    let thread = thread.json();
+    let state = |key: &str| {
+        thread["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["uri"].as_str().unwrap().ends_with(&format!("/{key}")))
+            .map(|m| m["state"].clone())
+            .unwrap()
+    };
+    assert_eq!(state(&forged), "unauthenticated");
+    assert_eq!(state(&edited), "unreadable");
+    assert_eq!(state(&reply), "open");
+    assert_eq!(state(&real_for), "open");
 }

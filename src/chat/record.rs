@@ -44,13 +44,15 @@ fn message(chat: AtUri, role: MessageRole, status: MessageStatus, created_at: Da
         usage: None,
         stop_reason: None,
         content: None,
+        authenticator: None,
         created_at,
         extra: Default::default(),
     }
 }
 
 /// A new reply: `pending`, no content. Create it under its [`ReplyKey`]
-/// with create-if-absent; fill it once with `FinishedReply::fill`.
+/// with create-if-absent, sealed with an authenticator (`ChatStore` does
+/// both); fill it once with `FinishedReply::fill`.
 pub fn pending_reply(chat: AtUri, created_at: Datetime) -> Message {
     message(
         chat,

@@ -43,7 +43,7 @@ use crate::lexicon::chat::gel::assistant::message::{Message, MessageRole, Messag
 use crate::lexicon::support::{AtUri, Datetime};
 use crate::model::Cid;
 use crate::model::now_datetime;
-use crate::repo::repository::{RepoError, Write};
+use crate::repo::repository::RepoError;
 use crate::repo::tid::{Tid, TidClock};
 use crate::seal::{SealError, os_rng};
 
@@ -69,6 +69,11 @@ pub enum ChatStoreError {
     /// finished already.
     #[error("reply {key} was already finished; a reply is filled exactly once")]
     ReplyAlreadyFinished { key: String },
+    /// A pending reply whose authenticator is missing or does not open
+    /// here: nothing shows a device of the account wrote it (forged, or an
+    /// old version put back), so nothing is generated for it.
+    #[error("reply {key} is not an authenticated pending reply ({reason}); not generated")]
+    UnauthenticatedReply { key: String, reason: String },
     /// No chat with this id.
     #[error("no chat {chat}")]
     NoChat { chat: String },
@@ -126,16 +131,53 @@ pub struct PendingReply {
 pub enum ContentState {
     /// Opened.
     Open,
-    /// No content (a pending reply).
+    /// No content yet: a pending reply whose authenticator opened, so its
+    /// clear fields are the ones a device of the account wrote.
     Empty,
     /// No content where there must be some: a user message, or a reply
-    /// that is not pending any more. Someone removed it (the clear fields
-    /// of such a record are not authenticated): shown as tampered.
+    /// that is not pending any more. Someone removed it (nothing
+    /// authenticates the clear fields left): shown as tampered.
     Missing,
+    /// A pending reply without an authenticator: nothing shows a device
+    /// of the account wrote it (forged by whoever can write the PDS, or
+    /// a finished reply with its content cut off): shown as tampered.
+    Unauthenticated,
     /// Sealed with a key this device does not hold.
     UnknownKey,
     /// Sealed, and it did not open (forged, damaged, invalid plaintext).
     Unreadable(String),
+}
+
+impl ContentState {
+    /// The state's name, as `chat show --format json` and `getThread` give it.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ContentState::Open => "open",
+            ContentState::Empty => "empty",
+            ContentState::Missing => "missing",
+            ContentState::Unauthenticated => "unauthenticated",
+            ContentState::UnknownKey => "unknownKey",
+            ContentState::Unreadable(_) => "unreadable",
+        }
+    }
+
+    /// What a reader without any key can tell from the record's shape
+    /// alone: a message with neither content nor an authenticator is
+    /// tampered (`Missing`, or `Unauthenticated` for a pending reply).
+    /// `None` when only opening it can tell.
+    pub fn from_shape(record: &Value) -> Option<ContentState> {
+        let has = |f: &str| record.get(f).is_some();
+        if has("content") || has(crate::seal::AUTHENTICATOR_FIELD) {
+            return None;
+        }
+        let pending = record.get("status").and_then(Value::as_str) == Some("pending")
+            && record.get("role").and_then(Value::as_str) != Some("user");
+        Some(if pending {
+            ContentState::Unauthenticated
+        } else {
+            ContentState::Missing
+        })
+    }
 }
 
 /// A chat's thread, opened.
@@ -436,30 +478,22 @@ impl ChatStore {
         content
             .validate()
             .map_err(|e| invalid("message content", e))?;
+        let mut writes = vec![SealedWrite {
+            collection: MESSAGE.into(),
+            rkey: key.to_string(),
+            chat: chat.to_string(),
+            record: to_json("message", &record)?,
+            content: to_json("message content", &content)?,
+            update: false,
+            swap: None,
+        }];
         // Asked for, the pending reply lands in the same commit.
-        let mut clear = Vec::new();
         if ask {
             let reply = ReplyKey::new(key, attempt);
             let pending = pending_reply(record.chat.clone(), Self::now()?);
-            clear.push(Write::create(
-                MESSAGE,
-                reply.to_string(),
-                to_json("reply", &pending)?,
-            ));
+            writes.push(pending_write(&reply, chat, &pending)?);
         }
-        self.device.apply_sealed_with(
-            &[SealedWrite {
-                collection: MESSAGE.into(),
-                rkey: key.to_string(),
-                chat: chat.to_string(),
-                record: to_json("message", &record)?,
-                content: to_json("message content", &content)?,
-                update: false,
-                swap: None,
-            }],
-            &clear,
-            &mut os_rng(),
-        )?;
+        self.device.apply_sealed(&writes, &mut os_rng())?;
         // A user message continuing from a waiting reply answers it.
         if let Some(p) = parent {
             self.waiting.remove(&p.to_string());
@@ -490,11 +524,7 @@ impl ChatStore {
         let chat = own_chat(&user, "message")?;
         let record = pending_reply(user.chat.clone(), Self::now()?);
         self.device
-            .apply(&[Write::create(
-                MESSAGE,
-                key.to_string(),
-                to_json("reply", &record)?,
-            )])
+            .apply_sealed(&[pending_write(&key, &chat, &record)?], &mut os_rng())
             .map_err(|e| taken(e, &key.to_string()))?;
         let cid = self
             .device
@@ -535,6 +565,8 @@ impl ChatStore {
         let key = pending.key.to_string();
         let mut record = pending.record.clone();
         finished.fill(&mut record);
+        // The content takes the authenticator's place.
+        record.authenticator = None;
         self.device
             .apply_sealed(
                 &[SealedWrite {
@@ -647,7 +679,10 @@ impl ChatStore {
 
     /// The pending reply `key` as [`ChatStore::finish_reply`] needs it
     /// (for a host that runs replies others created). A reply that is not
-    /// `pending` any more is [`ChatStoreError::ReplyAlreadyFinished`].
+    /// `pending` any more is [`ChatStoreError::ReplyAlreadyFinished`]; one
+    /// whose authenticator is missing or does not open here is
+    /// [`ChatStoreError::UnauthenticatedReply`] (a host must not generate
+    /// for it).
     pub fn pending_reply(&self, key: &ReplyKey) -> Result<PendingReply> {
         let (record, cid) = self.message(&key.to_string())?;
         if record.role == MessageRole::User || record.status != MessageStatus::Pending {
@@ -656,6 +691,23 @@ impl ChatStore {
             });
         }
         let chat = own_chat(&record, "reply")?;
+        let reason = match self.open_content(&key.to_string(), &record).1 {
+            ContentState::Empty => None,
+            ContentState::Unauthenticated | ContentState::Missing => {
+                Some("it has no authenticator".to_string())
+            }
+            ContentState::UnknownKey => {
+                Some("its authenticator is sealed with a key this device does not hold".into())
+            }
+            ContentState::Unreadable(r) => Some(format!("its authenticator does not open: {r}")),
+            ContentState::Open => Some("it has content".into()),
+        };
+        if let Some(reason) = reason {
+            return Err(ChatStoreError::UnauthenticatedReply {
+                key: key.to_string(),
+                reason,
+            });
+        }
         Ok(PendingReply {
             key: *key,
             chat,
@@ -745,17 +797,28 @@ impl ChatStore {
     }
 
     fn open_content(&self, key: &str, message: &Message) -> (Option<PlainContent>, ContentState) {
+        let pending = message.role != MessageRole::User && message.status == MessageStatus::Pending;
         if message.content.is_none() {
-            let pending =
-                message.role != MessageRole::User && message.status == MessageStatus::Pending;
-            return (
-                None,
-                if pending {
-                    ContentState::Empty
+            if message.authenticator.is_none() {
+                let state = if pending {
+                    ContentState::Unauthenticated
                 } else {
                     ContentState::Missing
-                },
-            );
+                };
+                return (None, state);
+            }
+            // Only a pending reply goes without content, authenticated.
+            if !pending {
+                return (None, ContentState::Missing);
+            }
+            return match self.device.open_sealed(MESSAGE, key) {
+                Ok(o) if o.field == crate::seal::AUTHENTICATOR_FIELD => (None, ContentState::Empty),
+                Ok(_) => (None, ContentState::Unauthenticated),
+                Err(DeviceError::Seal(SealError::UnknownKey { .. })) => {
+                    (None, ContentState::UnknownKey)
+                }
+                Err(e) => (None, ContentState::Unreadable(e.to_string())),
+            };
         }
         match self.device.open_sealed_json(MESSAGE, key) {
             Ok(v) => match serde_json::from_value::<PlainContent>(v) {
@@ -767,6 +830,12 @@ impl ChatStore {
             }
             Err(e) => (None, ContentState::Unreadable(e.to_string())),
         }
+    }
+
+    /// The content state of message `key`, as this device sees it.
+    pub fn content_state(&self, key: &str) -> Result<ContentState> {
+        let (message, _) = self.message(key)?;
+        Ok(self.open_content(key, &message).1)
     }
 
     /// Every message record: `(key, record, cid)`, in key order. Records
@@ -1035,6 +1104,24 @@ fn own_chat(m: &Message, what: &str) -> Result<String> {
 
 fn to_json(what: &str, v: &impl Serialize) -> Result<Value> {
     serde_json::to_value(v).map_err(|e| invalid(what, e))
+}
+
+/// The pending reply `record` at `key` as a sealed write: its
+/// authenticator (the empty map, sealed) binds its clear fields, so a
+/// forged or altered pending reply does not open.
+fn pending_write(key: &ReplyKey, chat: &str, record: &Message) -> Result<SealedWrite> {
+    let mut value = to_json("reply", record)?;
+    // The placeholder tells the seal which field to fill.
+    value[crate::seal::AUTHENTICATOR_FIELD] = Value::Object(Default::default());
+    Ok(SealedWrite {
+        collection: MESSAGE.into(),
+        rkey: key.to_string(),
+        chat: chat.to_string(),
+        record: value,
+        content: Value::Object(Default::default()),
+        update: false,
+        swap: None,
+    })
 }
 
 fn taken(e: DeviceError, key: &str) -> ChatStoreError {

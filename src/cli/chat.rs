@@ -414,6 +414,9 @@ fn show(data: &Path, args: ShowArgs) -> Result<()> {
                         "{pad}  (tampered: a {} message without its sealed content)",
                         it.status
                     )),
+                    (ContentState::Unauthenticated, None) => say(format!(
+                        "{pad}  (tampered: a pending reply without its authenticator; nothing shows a device of this account wrote it)"
+                    )),
                     (ContentState::UnknownKey, None) => say(format!(
                         "{pad}  (sealed with a key this device does not hold)"
                     )),

@@ -2,13 +2,20 @@
 //!
 //! ```text
 //! key      = 32 random bytes per blob (kept inside the record's sealed frame)
-//! chunks   = the plaintext cut into 64 KiB pieces; the last may be shorter,
-//!            and is empty only when the whole blob is empty
+//! stream   = u64be(len(plaintext)) ‖ plaintext ‖ 0x00 × p      (T bytes, T ≥ 8)
+//! chunks   = the stream cut into 64 KiB pieces; the last may be shorter, never empty
 //! nonce_i  = u88be(i) ‖ flag       (12 bytes; flag 0x01 on the last chunk, else 0x00)
 //! blob     = ChaCha20-Poly1305(key, nonce_0, chunk_0, "") ‖ … ‖ (… nonce_last …)
-//! size     = len(plaintext) + 16 × number of chunks
+//! size     = T + 16 × number of chunks
 //! CID      = CIDv1(raw, sha2-256(blob))  — what the record lists and the AAD binds
 //! ```
+//!
+//! **Padding** hides the exact size as a record's frame does: with
+//! [`Padding::Padme`] (the default) `T = padme(max(8 + len, 256))`, so a
+//! blob's stored size gives only about log log of its length; with
+//! [`Padding::None`] `T = 8 + len`. The length sits at the start of the
+//! first chunk, so a reader knows where the plaintext ends while it still
+//! holds one chunk at a time; every padding byte must be zero.
 //!
 //! Readers verify each chunk's tag before they release its plaintext, and a
 //! stream that ends without a chunk flagged last is [`SealError::Truncated`].
@@ -22,8 +29,10 @@ use rand_core::CryptoRng;
 use sha2::{Digest, Sha256};
 
 use super::aad::BlobBinding;
+use super::envelope::SEALED_BLOB_MIME;
 use super::envelope::TAG_LEN;
 use super::error::{Result, SealError};
+use super::frame::{MIN_PADDED_FRAME, Padding, padme};
 use super::keys::BlobKey;
 use crate::model::{Cid, cid_for_blob};
 
@@ -53,6 +62,7 @@ impl BlobSeal {
         BlobBinding {
             cid: self.cid,
             size: self.size,
+            mime_type: SEALED_BLOB_MIME.to_string(),
         }
     }
 }
@@ -66,10 +76,31 @@ pub struct SealedBlob {
     pub seal: BlobSeal,
 }
 
+/// Bytes of the length header at the start of the stream.
+pub const LEN_HEADER: u64 = 8;
+
+/// Length `T` of the stream (header, plaintext, padding) for a plaintext of
+/// `len` bytes.
+pub fn stream_len(len: u64, padding: Padding) -> u64 {
+    let framed = LEN_HEADER + len;
+    match padding {
+        Padding::None => framed,
+        Padding::Padme => padme(framed.max(MIN_PADDED_FRAME as u64)),
+    }
+}
+
 /// Size of the sealed form of a plaintext of `len` bytes.
-pub fn sealed_len(len: u64) -> u64 {
-    let chunks = len.div_ceil(CHUNK_SIZE as u64).max(1);
-    len + chunks * TAG_LEN as u64
+pub fn sealed_len(len: u64, padding: Padding) -> u64 {
+    let t = stream_len(len, padding);
+    t + t.div_ceil(CHUNK_SIZE as u64) * TAG_LEN as u64
+}
+
+/// The stream length `T` a sealed blob of `size` bytes holds, if `size` is
+/// one a stream can have (each chunk at least its tag and one byte).
+fn stream_len_of(size: u64) -> Option<u64> {
+    let chunks = size.div_ceil(SEALED_CHUNK_SIZE as u64);
+    let t = size.checked_sub(chunks * TAG_LEN as u64)?;
+    (t > (chunks.saturating_sub(1)) * CHUNK_SIZE as u64).then_some(t)
 }
 
 fn chunk_nonce(counter: u64, last: bool) -> Nonce {
@@ -83,34 +114,54 @@ fn cipher(key: &BlobKey) -> ChaCha20Poly1305 {
     ChaCha20Poly1305::new(&(*key.bytes()).into())
 }
 
-/// Seals `plaintext` under a fresh random key from `rng`.
+/// Seals `plaintext` under a fresh random key from `rng`, Padmé-padded.
 pub fn seal_blob(plaintext: &[u8], rng: &mut impl CryptoRng) -> Result<SealedBlob> {
-    seal_blob_with_key(plaintext, BlobKey::generate(rng))
+    seal_blob_with(plaintext, BlobKey::generate(rng), Padding::Padme)
 }
 
-/// Seals `plaintext` under `key` (tests and golden vectors; use
-/// [`seal_blob`] otherwise: a key must never seal two blobs).
+/// Seals `plaintext` under `key`, Padmé-padded (tests and golden vectors;
+/// use [`seal_blob`] otherwise: a key must never seal two blobs).
 pub fn seal_blob_with_key(plaintext: &[u8], key: BlobKey) -> Result<SealedBlob> {
-    if plaintext.len() as u64 > MAX_BLOB_PLAINTEXT {
+    seal_blob_with(plaintext, key, Padding::Padme)
+}
+
+/// Seals `plaintext` under `key` with `padding` (see [`seal_blob_with_key`]).
+pub fn seal_blob_with(plaintext: &[u8], key: BlobKey, padding: Padding) -> Result<SealedBlob> {
+    let len = plaintext.len() as u64;
+    if len > MAX_BLOB_PLAINTEXT {
         return Err(SealError::Oversize {
             what: "blob",
-            size: plaintext.len() as u64,
+            size: len,
             max: MAX_BLOB_PLAINTEXT,
             hint: "",
         });
     }
     let aead = cipher(&key);
-    let size = sealed_len(plaintext.len() as u64);
+    let total = stream_len(len, padding) as usize;
+    let size = sealed_len(len, padding);
     let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
-    let chunks: Vec<&[u8]> = if plaintext.is_empty() {
-        vec![&[][..]]
-    } else {
-        plaintext.chunks(CHUNK_SIZE).collect()
+    let header = len.to_be_bytes();
+    // Stream byte `at`, without building the padded stream in memory.
+    let stream = |at: usize, out: &mut Vec<u8>, end: usize| {
+        let h = LEN_HEADER as usize;
+        let mut at = at;
+        if at < h {
+            out.extend_from_slice(&header[at..h.min(end)]);
+            at = h.min(end);
+        }
+        let body_end = (h + plaintext.len()).min(end);
+        if at < body_end {
+            out.extend_from_slice(&plaintext[at - h..body_end - h]);
+            at = body_end;
+        }
+        out.resize(out.len() + (end - at), 0);
     };
-    let count = chunks.len();
-    for (i, chunk) in chunks.into_iter().enumerate() {
+    let count = total.div_ceil(CHUNK_SIZE);
+    for i in 0..count {
         let start = bytes.len();
-        bytes.extend_from_slice(chunk);
+        let from = i * CHUNK_SIZE;
+        let to = (from + CHUNK_SIZE).min(total);
+        stream(from, &mut bytes, to);
         let tag = aead
             .encrypt_inout_detached(
                 &chunk_nonce(i as u64, i + 1 == count),
@@ -119,7 +170,7 @@ pub fn seal_blob_with_key(plaintext: &[u8], key: BlobKey) -> Result<SealedBlob> 
             )
             .map_err(|_| SealError::Oversize {
                 what: "blob chunk",
-                size: chunk.len() as u64,
+                size: (to - from) as u64,
                 max: CHUNK_SIZE as u64,
                 hint: "",
             })?;
@@ -236,7 +287,14 @@ pub struct BlobReader<R> {
     counter: u64,
     lookahead: Option<u8>,
     chunk: Vec<u8>,
+    /// The plaintext of the current chunk is `chunk[pos..end]` (the header
+    /// and padding are never released).
     pos: usize,
+    end: usize,
+    /// Stream bytes (header, plaintext, padding) before the current chunk.
+    offset: u64,
+    /// The plaintext length, from the header in the first chunk.
+    content_len: Option<u64>,
     done: bool,
     failed: Option<SealError>,
 }
@@ -255,6 +313,9 @@ impl<R: Read> BlobReader<R> {
             lookahead: None,
             chunk: Vec::with_capacity(SEALED_CHUNK_SIZE),
             pos: 0,
+            end: 0,
+            offset: 0,
+            content_len: None,
             done: false,
             failed: None,
         }
@@ -320,15 +381,21 @@ impl<R: Read> BlobReader<R> {
             });
         }
         open_chunk(&self.aead, self.counter, at_end, &mut self.chunk)?;
-        if at_end && self.chunk.is_empty() && self.counter > 0 {
+        if let Err(e) = self.place_plaintext() {
             self.chunk.clear();
-            return Err(SealError::invalid_plaintext(
-                "empty last chunk after other chunks",
-            ));
+            return Err(e);
         }
         self.counter += 1;
-        self.pos = 0;
         if at_end {
+            if self
+                .content_len
+                .is_none_or(|n| self.offset < LEN_HEADER + n)
+            {
+                self.chunk.clear();
+                return Err(SealError::invalid_plaintext(
+                    "the blob ends before the length its header gives",
+                ));
+            }
             self.done = true;
             if self.read != self.expected_size {
                 self.chunk.clear();
@@ -355,23 +422,75 @@ impl<R: Read> BlobReader<R> {
     }
 }
 
+impl<R> BlobReader<R> {
+    /// After a chunk verified: reads the length header (first chunk), checks
+    /// this chunk's padding is zero, and sets `pos..end` to its plaintext.
+    fn place_plaintext(&mut self) -> std::result::Result<(), SealError> {
+        if self.chunk.is_empty() {
+            return Err(SealError::invalid_plaintext(
+                "an empty chunk (a stream holds at least its 8-byte length)",
+            ));
+        }
+        let start = self.offset;
+        let len = self.chunk.len() as u64;
+        self.offset += len;
+        let n = match self.content_len {
+            Some(n) => n,
+            None => {
+                let Some(head) = self.chunk.first_chunk::<8>() else {
+                    return Err(SealError::invalid_plaintext(
+                        "the first chunk is shorter than the 8-byte length",
+                    ));
+                };
+                let n = u64::from_be_bytes(*head);
+                let holds = stream_len_of(self.expected_size).unwrap_or(0);
+                if n > holds.saturating_sub(LEN_HEADER) {
+                    // Known from the first chunk: nothing is released.
+                    return Err(SealError::Truncated {
+                        what: "blob",
+                        detail: format!(
+                            "its length header says {n} bytes; it holds at most {}",
+                            holds.saturating_sub(LEN_HEADER)
+                        ),
+                    });
+                }
+                self.content_len = Some(n);
+                n
+            }
+        };
+        let body_end = LEN_HEADER + n;
+        let lo = start.max(LEN_HEADER).min(start + len);
+        let hi = (start + len).min(body_end).max(lo);
+        let pad_from = (hi - start) as usize;
+        if self.chunk[pad_from..].iter().any(|b| *b != 0) {
+            return Err(SealError::invalid_plaintext(
+                "blob padding bytes are not all zero",
+            ));
+        }
+        self.pos = (lo - start) as usize;
+        self.end = pad_from;
+        Ok(())
+    }
+}
+
 impl<R: Read> Read for BlobReader<R> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         if let Some(e) = &self.failed {
             return Err(io_err(e.clone()));
         }
-        while self.pos == self.chunk.len() {
+        while self.pos == self.end {
             if self.done {
                 return Ok(0);
             }
             if let Err(e) = self.next_chunk() {
                 self.chunk.clear();
                 self.pos = 0;
+                self.end = 0;
                 self.failed = Some(e.clone());
                 return Err(io_err(e));
             }
         }
-        let n = out.len().min(self.chunk.len() - self.pos);
+        let n = out.len().min(self.end - self.pos);
         out[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
         self.pos += n;
         Ok(n)
@@ -385,5 +504,88 @@ impl<R> std::fmt::Debug for BlobReader<R> {
             .field("expected_size", &self.expected_size)
             .field("counter", &self.counter)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Seals `stream` (header, plaintext, padding as given) chunk by chunk,
+    /// as a writer that holds the key could: the checks after the tags.
+    fn raw(stream: &[u8], key: &BlobKey) -> (Vec<u8>, BlobSeal) {
+        let aead = cipher(key);
+        let chunks: Vec<&[u8]> = stream.chunks(CHUNK_SIZE).collect();
+        let mut out = Vec::new();
+        for (i, c) in chunks.iter().enumerate() {
+            let mut buf = c.to_vec();
+            aead.encrypt_in_place(&chunk_nonce(i as u64, i + 1 == chunks.len()), b"", &mut buf)
+                .unwrap();
+            out.extend_from_slice(&buf);
+        }
+        let seal = BlobSeal {
+            cid: cid_for_blob(&out),
+            size: out.len() as u64,
+            key: key.clone(),
+        };
+        (out, seal)
+    }
+
+    #[test]
+    fn the_length_header_and_padding_are_checked() {
+        let key = BlobKey::from_bytes([5; 32]);
+        let good = [&3u64.to_be_bytes()[..], b"abc", &[0; 5]].concat();
+        let (bytes, seal) = raw(&good, &key);
+        assert_eq!(open_blob(&bytes, &seal).unwrap(), b"abc");
+
+        let mut nonzero = good.clone();
+        nonzero[12] = 1;
+        let (bytes, seal) = raw(&nonzero, &key);
+        assert!(matches!(
+            open_blob(&bytes, &seal),
+            Err(SealError::InvalidPlaintext { .. })
+        ));
+
+        let long = [&99u64.to_be_bytes()[..], b"abc"].concat();
+        let (bytes, seal) = raw(&long, &key);
+        assert!(matches!(
+            open_blob(&bytes, &seal),
+            Err(SealError::Truncated { .. })
+        ));
+
+        // No chunk at all is a cut stream; a first chunk too short for the
+        // header is a bad one.
+        let (bytes, seal) = raw(b"", &key);
+        assert!(matches!(
+            open_blob(&bytes, &seal),
+            Err(SealError::Truncated { .. })
+        ));
+        let (bytes, seal) = raw(b"\0\0\0", &key);
+        let r = open_blob(&bytes, &seal);
+        assert!(
+            matches!(r, Err(SealError::InvalidPlaintext { .. })),
+            "{r:?}"
+        );
+    }
+
+    #[test]
+    fn padding_spans_chunks_and_is_never_released() {
+        let key = BlobKey::from_bytes([6; 32]);
+        // Plaintext ending inside chunk 0, padding filling chunk 1.
+        let stream = [
+            &10u64.to_be_bytes()[..],
+            &[7; 10],
+            &vec![0; CHUNK_SIZE + 40],
+        ]
+        .concat();
+        let (bytes, seal) = raw(&stream, &key);
+        assert_eq!(open_blob(&bytes, &seal).unwrap(), vec![7; 10]);
+        let mut bad = stream.clone();
+        *bad.last_mut().unwrap() = 9;
+        let (bytes, seal) = raw(&bad, &key);
+        assert!(matches!(
+            open_blob(&bytes, &seal),
+            Err(SealError::InvalidPlaintext { .. })
+        ));
     }
 }

@@ -45,6 +45,10 @@ pub struct Envelope {
     pub ciphertext: Vec<u8>,
     /// The encrypted blobs, in order.
     pub blobs: Vec<BlobBinding>,
+    /// Whether the envelope carries `$type` (it may only be
+    /// [`ENCRYPTED_CONTENT_TYPE`]); bound into the AAD, so a PDS cannot add
+    /// or drop it.
+    pub typed: bool,
 }
 
 /// Refuses an alg that is not on the allow-list.
@@ -168,13 +172,29 @@ impl Envelope {
             nonce,
             ciphertext: ciphertext.clone(),
             blobs,
+            typed: map.contains_key("$type"),
         })
     }
 
-    /// The `encryptedContent` value (no `$type`; `blobs` only when there are
-    /// some).
+    /// The envelope's `$type` as the AAD binds it: `""` when it has none.
+    pub fn envelope_type(&self) -> &'static str {
+        if self.typed {
+            ENCRYPTED_CONTENT_TYPE
+        } else {
+            ""
+        }
+    }
+
+    /// The `encryptedContent` value (`$type` only if [`Envelope::typed`];
+    /// `blobs` only when there are some).
     pub fn to_ipld(&self) -> Ipld {
         let mut map = BTreeMap::new();
+        if self.typed {
+            map.insert(
+                "$type".to_string(),
+                Ipld::String(ENCRYPTED_CONTENT_TYPE.into()),
+            );
+        }
         map.insert("alg".to_string(), Ipld::String(self.alg.clone()));
         map.insert("keyId".to_string(), Ipld::String(self.key_id.clone()));
         map.insert("nonce".to_string(), Ipld::Bytes(self.nonce.to_vec()));
@@ -197,10 +217,7 @@ pub fn blob_ref(blob: &BlobBinding) -> Ipld {
     let mut map = BTreeMap::new();
     map.insert("$type".to_string(), Ipld::String("blob".into()));
     map.insert("ref".to_string(), Ipld::Link(blob.cid));
-    map.insert(
-        "mimeType".to_string(),
-        Ipld::String(SEALED_BLOB_MIME.into()),
-    );
+    map.insert("mimeType".to_string(), Ipld::String(blob.mime_type.clone()));
     map.insert("size".to_string(), Ipld::Integer(i128::from(blob.size)));
     Ipld::Map(map)
 }
@@ -222,10 +239,10 @@ fn parse_blob(index: usize, value: &Ipld) -> Result<BlobBinding> {
     if check_blessed_cid(&cid).is_err() || cid.codec() != RAW_CODEC {
         return Err(bad("ref is not a raw sha2-256 CIDv1"));
     }
-    match map.get("mimeType") {
-        Some(Ipld::String(s)) if !s.is_empty() => {}
+    let mime_type = match map.get("mimeType") {
+        Some(Ipld::String(s)) if !s.is_empty() => s.clone(),
         _ => return Err(bad("mimeType is not a non-empty string")),
-    }
+    };
     let size = match map.get("size") {
         Some(Ipld::Integer(n)) if *n >= 1 => {
             u64::try_from(*n).map_err(|_| bad("size too large"))?
@@ -235,5 +252,9 @@ fn parse_blob(index: usize, value: &Ipld) -> Result<BlobBinding> {
     if map.len() != 4 {
         return Err(bad("unexpected fields in the blob ref"));
     }
-    Ok(BlobBinding { cid, size })
+    Ok(BlobBinding {
+        cid,
+        size,
+        mime_type,
+    })
 }

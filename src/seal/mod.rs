@@ -7,11 +7,14 @@
 //!   `sealed` of a chat) with XChaCha20-Poly1305 under a key derived by
 //!   HKDF-SHA256 from the chat key; alg `xchacha20poly1305-hkdf-sha256-v1`.
 //! - [`aad`]: the associated data that binds a seal to its place and
-//!   metadata (alg, keyId, nonce, repo DID, collection, rkey, `$type`, a hash
-//!   of the clear fields, the blob list).
+//!   metadata (alg, keyId, nonce, the envelope's `$type`, repo DID,
+//!   collection, rkey, `$type`, the sealed field's name, a hash of the clear
+//!   fields, the blob list with each blob's MIME type). A message without
+//!   content carries an authenticator instead ([`AUTHENTICATOR_FIELD`]).
 //! - [`frame`]: the plaintext frame (DAG-CBOR content, blob keys, padding).
 //! - [`envelope`]: `encryptedContent` parsed with structural checks first.
-//! - [`blob`]: sealed blobs, age-style STREAM in 64 KiB chunks.
+//! - [`blob`]: sealed blobs, age-style STREAM in 64 KiB chunks, with the
+//!   length inside and Padmé padding.
 //! - [`keys`]: chat, blob, device (X25519, file 0600) and account keys.
 //! - [`wrap`]: HPKE (RFC 9180) key wraps as `keyWrap` records.
 //! - [`membership`]: the signed log of who holds the account key.
@@ -36,8 +39,11 @@ pub mod record;
 mod typed;
 pub mod wrap;
 
-pub use self::aad::{AadContext, BlobBinding, Place, clear_fields_hash, record_aad, sealed_field};
-pub use self::blob::{BlobReader, BlobSeal, SealedBlob, open_blob, seal_blob};
+pub use self::aad::{
+    AUTHENTICATOR_FIELD, AadContext, BlobBinding, Place, clear_fields_hash, record_aad,
+    sealed_field, sealed_fields,
+};
+pub use self::blob::{BlobReader, BlobSeal, SealedBlob, open_blob, seal_blob, seal_blob_with};
 pub use self::envelope::{Envelope, SEAL_ALG_V1};
 pub use self::error::{Result, SealError};
 pub use self::frame::Padding;

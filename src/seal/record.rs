@@ -20,8 +20,8 @@ use sha2::Sha256;
 use zeroize::Zeroizing;
 
 use super::aad::{
-    AadContext, BlobBinding, Place, clear_fields_hash, put_field, record_aad, record_parts,
-    sealed_field,
+    AUTHENTICATOR_FIELD, AadContext, BlobBinding, Place, clear_fields_hash, put_field, record_aad,
+    record_parts, sealed_field, sealed_fields,
 };
 use super::blob::BlobSeal;
 use super::envelope::{Envelope, MAX_CIPHERTEXT, NONCE_LEN, SEAL_ALG_V1, TAG_LEN, check_alg};
@@ -46,7 +46,11 @@ pub struct SealOptions {
 /// What opening a sealed record gives back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Opened {
-    /// The sealed content (a plainContent, or the record's sealed fields).
+    /// The field that opened: the record type's sealed field, or
+    /// [`AUTHENTICATOR_FIELD`] for a message without content.
+    pub field: &'static str,
+    /// The sealed content (a plainContent, or the record's sealed fields;
+    /// the empty map for an authenticator).
     pub content: Ipld,
     /// Each blob of the envelope with the key to open it, in order.
     pub blobs: Vec<BlobSeal>,
@@ -89,7 +93,8 @@ pub fn seal_frame(
     }
     let mut nonce = [0u8; NONCE_LEN];
     rng.fill_bytes(&mut nonce);
-    let aad = record_aad(SEAL_ALG_V1, key.key_id(), &nonce, ctx, blobs);
+    // gelstore writes no envelope `$type` (the field's lexicon type says it).
+    let aad = record_aad(SEAL_ALG_V1, key.key_id(), &nonce, "", ctx, blobs);
     let mut buffer = frame.to_vec();
     cipher(key, SEAL_ALG_V1)
         .encrypt_in_place(&XNonce::from(nonce), &aad, &mut buffer)
@@ -105,6 +110,7 @@ pub fn seal_frame(
         nonce,
         ciphertext: buffer,
         blobs: blobs.to_vec(),
+        typed: false,
     })
 }
 
@@ -125,6 +131,7 @@ pub fn open_frame(
         &envelope.alg,
         &envelope.key_id,
         &envelope.nonce,
+        envelope.envelope_type(),
         ctx,
         &envelope.blobs,
     );
@@ -141,7 +148,10 @@ pub fn open_frame(
 /// `sealed` for chats) and returns the record with the envelope in place.
 ///
 /// `record` must be a map with `$type`; any sealed field already in it is
-/// replaced, and the other fields are the clear fields the AAD hashes.
+/// replaced, and the other fields are the clear fields the AAD hashes. A
+/// message that carries an `authenticator` (any value: a placeholder) has
+/// it sealed instead of `content`: then `content` must be the empty map and
+/// there are no blobs (see [`AUTHENTICATOR_FIELD`]); it is never padded.
 /// `blobs` are the blobs the content refers to, as [`super::seal_blob`]
 /// returned them; their keys go inside the ciphertext, their CIDs and sizes
 /// into the envelope and the AAD. A fresh nonce is drawn from `rng`.
@@ -155,12 +165,22 @@ pub fn seal_record(
     rng: &mut impl CryptoRng,
 ) -> Result<Ipld> {
     let (map, record_type) = record_parts(record)?;
-    let field = sealed_field(record_type).ok_or_else(|| SealError::NotSealable {
+    let main = sealed_field(record_type).ok_or_else(|| SealError::NotSealable {
         record_type: record_type.to_string(),
     })?;
+    let field = match present_fields(map, record_type)?.as_slice() {
+        [only] if *only == AUTHENTICATOR_FIELD => AUTHENTICATOR_FIELD,
+        _ => main,
+    };
     if !matches!(content, Ipld::Map(_)) {
         return Err(SealError::invalid_plaintext(
             "the sealed content must be a map",
+        ));
+    }
+    if field == AUTHENTICATOR_FIELD && (content != &Ipld::Map(BTreeMap::new()) || !blobs.is_empty())
+    {
+        return Err(SealError::invalid_plaintext(
+            "an authenticator seals the empty map and no blobs",
         ));
     }
     if blobs.len() > super::envelope::MAX_BLOBS {
@@ -186,11 +206,18 @@ pub fn seal_record(
     let ctx = AadContext {
         place: *place,
         record_type,
+        field,
         clear_hash: clear_fields_hash(map, field)?,
     };
     let keys: Vec<&BlobKey> = blobs.iter().map(|b| &b.key).collect();
     let bindings: Vec<BlobBinding> = blobs.iter().map(BlobSeal::binding).collect();
-    let frame = frame::encode(&content_bytes, &keys, options.padding, MAX_FRAME);
+    // An authenticator's plaintext is always the same: padding hides nothing.
+    let padding = if field == AUTHENTICATOR_FIELD {
+        Padding::None
+    } else {
+        options.padding
+    };
+    let frame = frame::encode(&content_bytes, &keys, padding, MAX_FRAME);
     let envelope = seal_frame(&frame, key, &ctx, &bindings, rng)?;
     let mut out: BTreeMap<String, Ipld> = map.clone();
     out.insert(field.to_string(), envelope.to_ipld());
@@ -209,13 +236,25 @@ pub fn open_record<K: KeyLookup + ?Sized>(
     keys: &K,
 ) -> Result<Opened> {
     let (map, record_type) = record_parts(record)?;
-    let field = sealed_field(record_type).ok_or_else(|| SealError::NotSealable {
+    let main = sealed_field(record_type).ok_or_else(|| SealError::NotSealable {
         record_type: record_type.to_string(),
     })?;
-    let value = map
-        .get(field)
-        .ok_or_else(|| SealError::malformed("record", format!("no sealed field {field:?}")))?;
-    let envelope = Envelope::from_ipld(value)?;
+    let field = match present_fields(map, record_type)?.as_slice() {
+        [only] => *only,
+        _ => {
+            return Err(SealError::malformed(
+                "record",
+                format!("no sealed field {main:?}"),
+            ));
+        }
+    };
+    let envelope = Envelope::from_ipld(&map[field])?;
+    if field == AUTHENTICATOR_FIELD && !envelope.blobs.is_empty() {
+        return Err(SealError::malformed(
+            "record",
+            "an authenticator lists no blobs",
+        ));
+    }
     let key = keys
         .chat_key(&envelope.key_id)
         .ok_or_else(|| SealError::UnknownKey {
@@ -224,6 +263,7 @@ pub fn open_record<K: KeyLookup + ?Sized>(
     let ctx = AadContext {
         place: *place,
         record_type,
+        field,
         clear_hash: clear_fields_hash(map, field)?,
     };
     let frame = open_frame(&envelope, key, &ctx)?;
@@ -233,6 +273,11 @@ pub fn open_record<K: KeyLookup + ?Sized>(
     if !matches!(content, Ipld::Map(_)) {
         return Err(SealError::invalid_plaintext(
             "the sealed content is not a map",
+        ));
+    }
+    if field == AUTHENTICATOR_FIELD && content != Ipld::Map(BTreeMap::new()) {
+        return Err(SealError::invalid_plaintext(
+            "an authenticator holds something other than the empty map",
         ));
     }
     let blobs = envelope
@@ -245,5 +290,30 @@ pub fn open_record<K: KeyLookup + ?Sized>(
             key,
         })
         .collect();
-    Ok(Opened { content, blobs })
+    Ok(Opened {
+        field,
+        content,
+        blobs,
+    })
+}
+
+/// The sealed fields `map` holds, of those its type allows; two at once
+/// (content and an authenticator) is malformed: which one counts would be
+/// the PDS's choice.
+fn present_fields(map: &BTreeMap<String, Ipld>, record_type: &str) -> Result<Vec<&'static str>> {
+    let present: Vec<&'static str> = sealed_fields(record_type)
+        .iter()
+        .copied()
+        .filter(|f| map.contains_key(*f))
+        .collect();
+    if present.len() > 1 {
+        return Err(SealError::malformed(
+            "record",
+            format!(
+                "both {:?} and {:?}: a message has one",
+                present[0], present[1]
+            ),
+        ));
+    }
+    Ok(present)
 }

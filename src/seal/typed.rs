@@ -41,6 +41,7 @@ mod tests {
             nonce: [7; 24],
             ciphertext: vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17],
             blobs,
+            typed: false,
         }
     }
 
@@ -49,6 +50,7 @@ mod tests {
         let blob = BlobBinding {
             cid: crate::model::cid_for_blob(b"sealed bytes"),
             size: 12,
+            mime_type: "application/octet-stream".into(),
         };
         for env in [envelope(vec![]), envelope(vec![blob])] {
             let typed = env.to_lexicon().unwrap();

@@ -9,7 +9,9 @@
 //!
 //! - **runs pending replies.** A `pending` reply record (written by a
 //!   client through `createRecord`/`applyWrites`/sync, or by
-//!   `answerApproval`) is a request to generate it. The watcher finds new
+//!   `answerApproval`) is a request to generate it, if its authenticator
+//!   opens here (sealed by a device that holds the chat key; a pending
+//!   reply anyone else wrote is logged and never run). The watcher finds new
 //!   ones in the repository's `#commit` event log (at start: every pending
 //!   reply, so one cut by a stop is run again) and claims each once.
 //! - **calls the model through a command** (`run.rs`): `sh -c CMD` gets
@@ -369,9 +371,19 @@ fn pending_replies(
             continue;
         };
         let field = |name: &str| entry.value.get(name).and_then(|v| v.as_str());
-        if field("role") == Some("assistant") && field("status") == Some("pending") {
-            pending.push(key);
+        if field("role") != Some("assistant") || field("status") != Some("pending") {
+            continue;
         }
+        // Whoever can write the PDS can write clear fields; a request
+        // counts only with an authenticator (opened before the run, in
+        // `ChatStore::pending_reply`).
+        if entry.value.get(crate::seal::AUTHENTICATOR_FIELD).is_none() {
+            tracing::warn!(
+                "assistant: reply {rkey} is pending without an authenticator (forged, or its content cut off): not run"
+            );
+            continue;
+        }
+        pending.push(key);
     }
     Ok(Found {
         pending,

@@ -8,7 +8,11 @@
 //! opens what it needs.
 //!
 //! - `getThread`: the chat record and its message records as stored
-//!   (sealed fields stay sealed), in record-key order, paged.
+//!   (sealed fields stay sealed), in record-key order, paged. Each message
+//!   says what the server can tell of it (`state`): keyless, only that a
+//!   message with neither content nor an authenticator is tampered
+//!   (`missing`, `unauthenticated`); with `--assistant`, whether its
+//!   content or authenticator opens (`open`, `empty`, `unreadable`, …).
 //! - `listApprovals`: the replies with status `waiting` that are the newest
 //!   attempt and not answered yet (no user message continues from them),
 //!   newest first. Their `calls` are sealed inside the reply's content:
@@ -35,6 +39,7 @@ use serde_json::{Value, json};
 
 use super::server::require_access;
 use crate::chat::keys::ReplyKey;
+use crate::chat::store::ContentState;
 use crate::chat::{ChatStore, ChatStoreError};
 use crate::lexicon::chat::gel::assistant::defs::ToolApprovalPart;
 use crate::server::error::XrpcError;
@@ -69,13 +74,38 @@ pub async fn get_thread(state: &Arc<AppState>, req: Request) -> Result<Response,
             let mut page = Vec::with_capacity(page_keys.len());
             for rkey in &page_keys {
                 if let Some(m) = repo.get(MESSAGE, rkey)? {
-                    page.push(json!({
-                        "uri": format!("at://{did}/{MESSAGE}/{rkey}"),
-                        "cid": m.cid.to_string(),
-                        "value": m.value,
-                    }));
+                    // Keyless, the shape alone can show a tampered message.
+                    let state = ContentState::from_shape(&m.value);
+                    page.push((
+                        rkey,
+                        state,
+                        json!({
+                            "uri": format!("at://{did}/{MESSAGE}/{rkey}"),
+                            "cid": m.cid.to_string(),
+                            "value": m.value,
+                        }),
+                    ));
                 }
             }
+            drop(keys);
+            let chats = core.chats()?;
+            let page: Vec<Value> = page
+                .into_iter()
+                .map(|(rkey, shape, mut item)| {
+                    let state = match (&chats, shape) {
+                        (_, Some(s)) => Some(s),
+                        (Some(c), None) => c.content_state(rkey).ok(),
+                        (None, None) => None,
+                    };
+                    if let Some(s) = state {
+                        item["state"] = s.name().into();
+                        if let ContentState::Unreadable(r) = s {
+                            item["reason"] = crate::chat::approval::truncate_words(&r, 1000).into();
+                        }
+                    }
+                    item
+                })
+                .collect();
             let mut out = json!({
                 "chat": {"uri": chat_uri, "cid": record.cid.to_string(), "value": record.value},
                 "messages": page,

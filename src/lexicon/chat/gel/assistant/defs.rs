@@ -81,7 +81,7 @@ pub struct EncryptedContent {
     pub ciphertext: support::Bytes,
     pub key_id: String,
     pub nonce: support::Bytes,
-    /// Versioned name of the sealing scheme; readers refuse names that are not on their allow-list. 'xchacha20poly1305-hkdf-sha256-v1': XChaCha20-Poly1305 with a fresh random 24-byte nonce for every seal; the key is derived with HKDF-SHA256 from the chat key that keyId names; the associated data binds alg, keyId, nonce, the account's repo DID, collection, record key, $type, a hash of the record's clear fields and the blobs list; ciphertext ends with the 16-byte Poly1305 tag.
+    /// Versioned name of the sealing scheme; readers refuse names that are not on their allow-list. 'xchacha20poly1305-hkdf-sha256-v1': XChaCha20-Poly1305 with a fresh random 24-byte nonce for every seal; the key is derived with HKDF-SHA256 from the chat key that keyId names; the associated data binds alg, keyId, nonce, this object's own $type (or its absence), the account's repo DID, collection, record key, the record's $type, the name of the field holding this object, a hash of the record's other fields and the blobs list (each blob's CID, size and mimeType); ciphertext ends with the 16-byte Poly1305 tag. Blobs are sealed as a STREAM of 64 KiB chunks holding their length and Padmé padding.
     pub alg: EncryptedContentAlg,
     /// Fields this version of the lexicon does not declare, kept as they are.
     #[serde(flatten)]
@@ -106,7 +106,7 @@ impl support::Validate for EncryptedContent {
     }
 }
 
-/// Versioned name of the sealing scheme; readers refuse names that are not on their allow-list. 'xchacha20poly1305-hkdf-sha256-v1': XChaCha20-Poly1305 with a fresh random 24-byte nonce for every seal; the key is derived with HKDF-SHA256 from the chat key that keyId names; the associated data binds alg, keyId, nonce, the account's repo DID, collection, record key, $type, a hash of the record's clear fields and the blobs list; ciphertext ends with the 16-byte Poly1305 tag.
+/// Versioned name of the sealing scheme; readers refuse names that are not on their allow-list. 'xchacha20poly1305-hkdf-sha256-v1': XChaCha20-Poly1305 with a fresh random 24-byte nonce for every seal; the key is derived with HKDF-SHA256 from the chat key that keyId names; the associated data binds alg, keyId, nonce, this object's own $type (or its absence), the account's repo DID, collection, record key, the record's $type, the name of the field holding this object, a hash of the record's other fields and the blobs list (each blob's CID, size and mimeType); ciphertext ends with the 16-byte Poly1305 tag. Blobs are sealed as a STREAM of 64 KiB chunks holding their length and Padmé padding.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum EncryptedContentAlg {
     /// `xchacha20poly1305-hkdf-sha256-v1`

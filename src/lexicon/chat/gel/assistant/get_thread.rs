@@ -136,6 +136,14 @@ pub struct Record {
     pub uri: support::AtUri,
     pub cid: support::CidString,
     pub value: support::Data,
+    /// On a message: what the server can tell of its sealed content. 'missing' (a message other than a pending reply without content) and 'unauthenticated' (a pending reply without an authenticator) are tampered records, told from their shape alone. A server that holds the chat keys also says 'open', 'empty' (a pending reply whose authenticator opened), 'unknownKey' or 'unreadable' (it did not open: forged or damaged; see reason). Absent when the server cannot tell: a client opens the record itself.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<RecordState>,
+    /// With state 'unreadable': why it did not open.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Fields this version of the lexicon does not declare, kept as they are.
     #[serde(flatten)]
     pub extra: support::Extra,
@@ -149,6 +157,78 @@ impl support::Validate for Record {
         support::max_length(self.cid.as_str(), 256, &p, errors);
         let p = path.key("value");
         support::unknown(&self.value, crate::lexicon::validate_by_type, &p, errors);
+        if let Some(v) = &self.state {
+            let p = path.key("state");
+            support::max_length(v.as_str(), 64, &p, errors);
+        }
+        if let Some(v) = &self.reason {
+            let p = path.key("reason");
+            support::max_length(v.as_str(), 8192, &p, errors);
+        }
         support::extra(&self.extra, path, errors);
+    }
+}
+
+/// On a message: what the server can tell of its sealed content. 'missing' (a message other than a pending reply without content) and 'unauthenticated' (a pending reply without an authenticator) are tampered records, told from their shape alone. A server that holds the chat keys also says 'open', 'empty' (a pending reply whose authenticator opened), 'unknownKey' or 'unreadable' (it did not open: forged or damaged; see reason). Absent when the server cannot tell: a client opens the record itself.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum RecordState {
+    /// `open`
+    Open,
+    /// `empty`
+    Empty,
+    /// `missing`
+    Missing,
+    /// `unauthenticated`
+    Unauthenticated,
+    /// `unknownKey`
+    UnknownKey,
+    /// `unreadable`
+    Unreadable,
+    /// A value this version of the lexicon does not know.
+    Other(String),
+}
+
+impl RecordState {
+    /// The string this value stands for.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Open => "open",
+            Self::Empty => "empty",
+            Self::Missing => "missing",
+            Self::Unauthenticated => "unauthenticated",
+            Self::UnknownKey => "unknownKey",
+            Self::Unreadable => "unreadable",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl support::StringEnum for RecordState {
+    fn as_str(&self) -> &str {
+        self.as_str()
+    }
+
+    fn from_string(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "open" => Ok(Self::Open),
+            "empty" => Ok(Self::Empty),
+            "missing" => Ok(Self::Missing),
+            "unauthenticated" => Ok(Self::Unauthenticated),
+            "unknownKey" => Ok(Self::UnknownKey),
+            "unreadable" => Ok(Self::Unreadable),
+            _ => Ok(Self::Other(s)),
+        }
+    }
+}
+
+impl serde::Serialize for RecordState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        support::serialize_str_enum(self, s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for RecordState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        support::deserialize_str_enum(d)
     }
 }

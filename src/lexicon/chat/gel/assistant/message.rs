@@ -7,7 +7,7 @@ use crate::lexicon::support;
 /// The NSID of this lexicon's main definition.
 pub const NSID: &str = "chat.gel.assistant.message";
 
-/// One message in a chat, from the user or the assistant. A reply's key is the user message's key plus '.r' and the attempt number, such as '.r0' or '.r1'. The app creates the reply with status 'pending' and no content, it fills it in when generation ends. Creating fails if the key is taken, so each attempt gets exactly one reply. Sort replies by attempt number rather than by key, since '.r10' sorts before '.r2'.
+/// One message in a chat, from the user or the assistant. A reply's key is the user message's key plus '.r' and the attempt number, such as '.r0' or '.r1'. The app creates the reply with status 'pending', no content and an authenticator, it fills it in when generation ends. Creating fails if the key is taken, so each attempt gets exactly one reply. Sort replies by attempt number rather than by key, since '.r10' sorts before '.r2'.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(remote = "Self", rename_all = "camelCase")]
 pub struct Message {
@@ -40,6 +40,10 @@ pub struct Message {
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<crate::lexicon::chat::gel::assistant::defs::EncryptedContent>,
+    /// On a pending reply, in place of content: the empty map sealed like content (under the chat key, bound to the record's place and clear fields), so its clear fields are authenticated before there is content. Filling the reply replaces it with content; a message never has both. Readers show a message with neither, or whose authenticator does not open, as tampered, and an assistant never generates for it.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub authenticator: Option<crate::lexicon::chat::gel::assistant::defs::EncryptedContent>,
     pub created_at: support::Datetime,
     /// Fields this version of the lexicon does not declare, kept as they are.
     #[serde(flatten)]
@@ -105,6 +109,10 @@ impl support::Validate for Message {
         }
         if let Some(v) = &self.content {
             let p = path.key("content");
+            v.validate_at(&p, errors);
+        }
+        if let Some(v) = &self.authenticator {
+            let p = path.key("authenticator");
             v.validate_at(&p, errors);
         }
         let p = path.key("createdAt");
