@@ -682,7 +682,91 @@ fn planted_records_change_nothing_a_user_sees(peer: Peer) {
     assert!(stderr.contains("signingKeyProof"), "{stderr}");
 }
 
+/// Attack 4, the other ways: the attacker injects replies of its own (a
+/// pending one, which an assistant would run, and a finished one with a
+/// made-up model and no content) and edits a real reply's `model`. Each
+/// device that syncs shows every one of them as tampered, by name, and
+/// never as a normal message.
+fn injected_and_edited_replies_are_shown_tampered(peer: Peer) {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path();
+    ok(a, &["device", "init"]);
+    let chat = ok(a, &["chat", "new"]).trim().to_owned();
+    let msg = ok(a, &["chat", "send", "--chat", &chat, "question"])
+        .trim()
+        .to_owned();
+    let input = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/streams/plain_text_small_deltas/input.jsonl");
+    ok(
+        a,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &msg,
+            "--events",
+            input.to_str().unwrap(),
+        ],
+    );
+    sync(a, &peer);
+    let token = attacker(&peer);
+    let message = "chat.gel.assistant.message";
+    let reply = format!("{msg}.r0");
+    let real = xrpc(
+        &peer,
+        "com.atproto.repo.getRecord",
+        None,
+        None,
+        &format!(
+            "?repo={}&collection={message}&rkey={reply}",
+            peer.did_param()
+        ),
+    )["value"]
+        .clone();
+    let put = |rkey: &str, record: &Value| {
+        xrpc(
+            &peer,
+            "com.atproto.repo.putRecord",
+            Some(&token),
+            Some(&json!({"repo": peer.did, "collection": message, "rkey": rkey, "record": record})),
+            "",
+        );
+    };
+    let mut pending = real.clone();
+    for k in ["content", "model", "usage", "stopReason"] {
+        pending.as_object_mut().unwrap().remove(k);
+    }
+    pending["status"] = "pending".into();
+    put(&format!("{msg}.r1"), &pending);
+    let mut evil = real.clone();
+    evil.as_object_mut().unwrap().remove("content");
+    evil["model"] = json!({"provider": "evil", "id": "evil"});
+    put(&format!("{msg}.r2"), &evil);
+    let mut edited = real.clone();
+    edited["model"] = json!({"provider": "evil", "id": "evil"});
+    put(&reply, &edited);
+
+    sync(a, &peer);
+    let thread = json_of(&shown(a, &chat));
+    let state = |key: &str| {
+        thread["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["key"] == key)
+            .map(|m| m["state"].as_str().unwrap().to_owned())
+            .unwrap_or_else(|| panic!("{key} not shown: {thread}"))
+    };
+    assert_eq!(state(&format!("{msg}.r1")), "unauthenticated", "{thread}");
+    assert_eq!(state(&format!("{msg}.r2")), "missing", "{thread}");
+    assert_eq!(state(&reply), "unreadable", "{thread}");
+    let human = ok(a, &["chat", "show", "--chat", &chat]);
+    assert_eq!(human.matches("tampered").count(), 2, "{human}");
+    assert!(human.contains("does not open"), "{human}");
+}
+
 on_both_peers!(
+    injected_and_edited_replies_are_shown_tampered,
     a_removed_device_forging_a_change_from_before_its_removal_changes_nothing,
     planted_records_change_nothing_a_user_sees,
     a_reply_stripped_of_its_content_is_refused_and_shown_tampered,
