@@ -92,6 +92,29 @@ fn thread_and_approvals_of_a_sealed_chat() {
         (400, "ChatNotFound")
     );
 
+    // A forged approval request beside it: a waiting reply with no
+    // sealed content, written with the account's token. Never listed.
+    let did = t["chat"]["uri"].as_str().unwrap()[5..]
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut forged = t["messages"][1]["value"].clone();
+    forged.as_object_mut().unwrap().remove("content");
+    let planted = http(
+        &addr,
+        "POST",
+        "/xrpc/com.atproto.repo.createRecord",
+        &[
+            ("content-type", "application/json"),
+            ("authorization", &format!("Bearer {}", serve.access_token())),
+        ],
+        json!({"repo": did, "collection": "chat.gel.assistant.message",
+               "rkey": "3lbqzdw5pzk24.r0", "record": forged})
+        .to_string()
+        .as_bytes(),
+    );
+    assert_eq!(planted.status, 200, "{}", planted.text());
     let approvals = get("chat.gel.assistant.listApprovals").json();
     let list = approvals["replies"].as_array().unwrap();
     assert_eq!(list.len(), 1, "{approvals}");

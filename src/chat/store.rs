@@ -217,6 +217,9 @@ pub struct WaitingApproval {
     pub calls: Vec<WaitingCall>,
     /// Whether this device could open the reply.
     pub readable: bool,
+    /// What opening it found (`open`, `unknownKey`, or a tampered state:
+    /// `missing`, `unreadable`), as `getThread` names it.
+    pub state: String,
 }
 
 /// One waiting reply in the index file: keys only. Tool names and
@@ -909,12 +912,13 @@ impl ChatStore {
         let mut out = Vec::with_capacity(self.waiting.len());
         for e in self.waiting.values() {
             let (m, _) = self.message(&e.reply)?;
-            let (content, _) = self.open_content(&e.reply, &m);
+            let (content, state) = self.open_content(&e.reply, &m);
             out.push(WaitingApproval {
                 reply: e.reply.clone(),
                 chat: e.chat.clone(),
                 calls: content.as_ref().map(calls_of).unwrap_or_default(),
                 readable: content.is_some(),
+                state: state.name().to_owned(),
             });
         }
         Ok(out)

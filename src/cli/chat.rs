@@ -601,8 +601,12 @@ fn approvals(data: &Path, format: Format) -> Result<()> {
             Format::Json => say(serde_json::to_string(w).unwrap_or_default()),
             Format::Human => {
                 say(format!("{}\tchat {}", w.reply, w.chat));
-                if !w.readable {
-                    say("  (sealed with a key this device does not hold)");
+                match (w.readable, w.state.as_str()) {
+                    (true, _) => {}
+                    (false, "unknownKey") => say("  (sealed with a key this device does not hold)"),
+                    (false, state) => say(format!(
+                        "  (tampered ({state}): no device of this account wrote this request; do not answer it)"
+                    )),
                 }
                 for c in &w.calls {
                     say(format!(

@@ -35,6 +35,9 @@ pub struct MessageMeta {
     pub parent: Option<String>,
     /// `createdAt`.
     pub created_at: String,
+    /// Whether it carries sealed content (a waiting reply without any is
+    /// not one a device of the account wrote).
+    pub sealed: bool,
 }
 
 impl MessageMeta {
@@ -47,6 +50,7 @@ impl MessageMeta {
             status: field("status"),
             parent: v.get("parent").and_then(Value::as_str).map(str::to_owned),
             created_at: field("createdAt"),
+            sealed: v.get("content").is_some_and(Value::is_object),
         }
     }
 }

@@ -18,6 +18,8 @@
 //!   newest first. Their `calls` are sealed inside the reply's content:
 //!   listed with `--assistant` (then the call needs the access token),
 //!   empty on a keyless server (a client opens the reply to show them).
+//!   A waiting reply without sealed content, or (with `--assistant`) whose
+//!   content does not open, is a forged request and is never listed.
 //! - `answerApproval`: the checks that clear metadata allows (the reply
 //!   exists, is waiting, is the newest attempt, is not answered:
 //!   `PendingUnknown`, `PendingSuperseded`, `PendingResolved`). With
@@ -140,6 +142,7 @@ pub async fn list_approvals(state: &Arc<AppState>, req: Request) -> Result<Respo
             let (index, _) = core.chat_index()?;
             let mut waiting = index
                 .waiting(cursor.as_deref())
+                .filter(|(_, m)| m.sealed)
                 .filter(|(_, m)| chat_uri.as_deref().is_none_or(|c| m.chat == c));
             let mut page: Vec<Value> = waiting
                 .by_ref()
@@ -158,8 +161,10 @@ pub async fn list_approvals(state: &Arc<AppState>, req: Request) -> Result<Respo
             let next = waiting.next().is_some().then(|| page_last_key(&page));
             drop(waiting);
             if let Some(chats) = core.chats()? {
-                // Only this page's replies are opened.
-                for item in &mut page {
+                // Only this page's replies are opened; one that does not
+                // open is dropped from the page.
+                let mut opened = Vec::with_capacity(page.len());
+                for mut item in page {
                     let key = item["uri"].as_str().and_then(|u| u.rsplit('/').next());
                     let calls = match key {
                         Some(k) => chats.waiting_calls(k).map_err(XrpcError::internal)?,
@@ -170,8 +175,10 @@ pub async fn list_approvals(state: &Arc<AppState>, req: Request) -> Result<Respo
                             .into_iter()
                             .map(|c| json!({"callId": c.call_id, "tool": c.name}))
                             .collect();
+                        opened.push(item);
                     }
                 }
+                page = opened;
             }
             let mut out = json!({"replies": page});
             if let Some(c) = next {
