@@ -799,4 +799,13 @@ fn forged_or_edited_pending_replies_are_never_run() {
     assert_eq!(state(&edited), "unreadable");
     assert_eq!(state(&reply), "open");
     assert_eq!(state(&real_for), "open");
+    // A client that subscribes to either is told so, instead of waiting
+    // for a run that never comes.
+    for key in [&forged, &edited] {
+        assert_eq!(
+            kinds(&subscribe(&serve, &token, key, None)),
+            ["ReplyTampered"],
+            "{key}"
+        );
+    }
 }

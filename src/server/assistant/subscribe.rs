@@ -11,9 +11,13 @@
 //! - A reply still `pending` that no run here has claimed: wait until one
 //!   is claimed or the record changes (another device filled it).
 //!
-//! `ReplyNotFound` and `FutureCursor` are error frames (the socket then
-//! closes), as `subscribeRepos` sends its errors; a server without
-//! `--assistant` answers `MethodNotImplemented` before the upgrade.
+//! - A pending reply whose authenticator is missing or does not open: no
+//!   device of the account wrote it and nothing will run it, so the socket
+//!   closes with `ReplyTampered` rather than wait forever.
+//!
+//! `ReplyNotFound`, `FutureCursor` and `ReplyTampered` are error frames
+//! (the socket then closes), as `subscribeRepos` sends its errors; a server
+//! without `--assistant` answers `MethodNotImplemented` before the upgrade.
 
 use std::sync::Arc;
 
@@ -100,6 +104,8 @@ fn open(
 enum Stored {
     Missing,
     Pending,
+    /// A pending reply no device of the account wrote: why.
+    Tampered(String),
     Ended(Vec<Vec<u8>>),
 }
 
@@ -131,7 +137,22 @@ async fn stream(
                 if record.status
                     == crate::lexicon::chat::gel::assistant::message::MessageStatus::Pending
                 {
-                    return Ok(Stored::Pending);
+                    use crate::chat::store::ContentState;
+                    let state = match core.chats()? {
+                        Some(chats) => chats
+                            .content_state(&reply.to_string())
+                            .map_err(XrpcError::internal)?,
+                        None => ContentState::Empty,
+                    };
+                    return Ok(match state {
+                        ContentState::Unauthenticated => {
+                            Stored::Tampered("the pending reply has no authenticator".into())
+                        }
+                        ContentState::Unreadable(why) => Stored::Tampered(format!(
+                            "the pending reply's authenticator does not open: {why}"
+                        )),
+                        _ => Stored::Pending,
+                    });
                 }
                 let content = match core.chats()? {
                     Some(chats) => chats
@@ -169,6 +190,9 @@ async fn stream(
                 return close_normally(socket).await;
             }
             Ok(Stored::Pending) => {}
+            Ok(Stored::Tampered(why)) => {
+                return close_with(socket, "ReplyTampered", &format!("{reply}: {why}")).await;
+            }
             Err(e) => return close_with(socket, "InternalServerError", &e.message).await,
         }
         tokio::select! {

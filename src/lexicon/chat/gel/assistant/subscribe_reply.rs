@@ -159,6 +159,8 @@ pub enum SubscribeReplyError {
     ReplyNotFound,
     /// `FutureCursor`: The cursor is past the last event of the reply.
     FutureCursor,
+    /// `ReplyTampered`: The reply is pending but no device of the account wrote it: its authenticator is missing or does not open. Nothing will run it.
+    ReplyTampered,
     /// A value this version of the lexicon does not know.
     Other(String),
 }
@@ -169,6 +171,7 @@ impl SubscribeReplyError {
         match self {
             Self::ReplyNotFound => "ReplyNotFound",
             Self::FutureCursor => "FutureCursor",
+            Self::ReplyTampered => "ReplyTampered",
             Self::Other(s) => s,
         }
     }
@@ -183,6 +186,7 @@ impl support::StringEnum for SubscribeReplyError {
         match s.as_str() {
             "ReplyNotFound" => Ok(Self::ReplyNotFound),
             "FutureCursor" => Ok(Self::FutureCursor),
+            "ReplyTampered" => Ok(Self::ReplyTampered),
             _ => Ok(Self::Other(s)),
         }
     }
