@@ -393,13 +393,9 @@ fn two_removals_at_once_both_hold(peer: Peer) {
     }
 }
 
-/// Attack 4: the attacker strips the sealed content off a finished reply
-/// (turning it back into a content-less `pending` one). A device that
-/// syncs keeps its sealed version and says so; a content-less finished
-/// message is shown as tampered, not as empty.
-fn a_reply_stripped_of_its_content_is_refused_and_shown_tampered(peer: Peer) {
-    let dir = tempfile::tempdir().unwrap();
-    let a = dir.path();
+/// A first device in `a` with one chat, a question and its finished reply,
+/// pushed: `(chat, question key)`.
+fn answered_chat(a: &Path, peer: &Peer) -> (String, String) {
     ok(a, &["device", "init"]);
     let chat = ok(a, &["chat", "new"]).trim().to_owned();
     let msg = ok(a, &["chat", "send", "--chat", &chat, "question"])
@@ -418,7 +414,18 @@ fn a_reply_stripped_of_its_content_is_refused_and_shown_tampered(peer: Peer) {
             input.to_str().unwrap(),
         ],
     );
-    sync(a, &peer);
+    sync(a, peer);
+    (chat, msg)
+}
+
+/// Attack 4: the attacker strips the sealed content off a finished reply
+/// (turning it back into a content-less `pending` one). A device that
+/// syncs keeps its sealed version and says so; a content-less finished
+/// message is shown as tampered, not as empty.
+fn a_reply_stripped_of_its_content_is_refused_and_shown_tampered(peer: Peer) {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path();
+    let (chat, msg) = answered_chat(a, &peer);
     let reply = format!("{msg}.r0");
     let token = attacker(&peer);
     let record = xrpc(
@@ -690,25 +697,7 @@ fn planted_records_change_nothing_a_user_sees(peer: Peer) {
 fn injected_and_edited_replies_are_shown_tampered(peer: Peer) {
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path();
-    ok(a, &["device", "init"]);
-    let chat = ok(a, &["chat", "new"]).trim().to_owned();
-    let msg = ok(a, &["chat", "send", "--chat", &chat, "question"])
-        .trim()
-        .to_owned();
-    let input = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/streams/plain_text_small_deltas/input.jsonl");
-    ok(
-        a,
-        &[
-            "chat",
-            "reply",
-            "--to",
-            &msg,
-            "--events",
-            input.to_str().unwrap(),
-        ],
-    );
-    sync(a, &peer);
+    let (chat, msg) = answered_chat(a, &peer);
     let token = attacker(&peer);
     let message = "chat.gel.assistant.message";
     let reply = format!("{msg}.r0");
