@@ -364,3 +364,65 @@ fn a_user_message_asked_for_in_one_commit_gets_an_authenticated_reply() {
         ContentState::Empty
     );
 }
+
+/// The replay that authentication cannot catch: a finished reply deleted
+/// and its saved pending version put back (authentic: a device wrote it).
+/// The folder remembers the key was finished, from its own finish and from
+/// one it only saw in the records, across a restart, and refuses to run it.
+#[test]
+fn a_finished_reply_put_back_as_its_pending_version_is_never_run_again() {
+    use gelstore::repo::repository::Write;
+    let (dir, mut s) = store();
+    let chat = s.create_chat(None, None).unwrap();
+    let delete = |s: &mut ChatStore, key: &str| {
+        s.repo_mut()
+            .apply(&[Write::Delete {
+                collection: "chat.gel.assistant.message".into(),
+                rkey: key.into(),
+                swap: None,
+            }])
+            .unwrap();
+        s.refresh().unwrap();
+    };
+    let pending_value = |s: &ChatStore, key: &str| {
+        s.device()
+            .repo()
+            .get("chat.gel.assistant.message", key)
+            .unwrap()
+            .unwrap()
+            .value
+    };
+
+    // Finished here.
+    let msg = s
+        .send(&chat, "Delete my drafts", None, Attempt::FIRST)
+        .unwrap();
+    let pending = s.start_reply(msg, None).unwrap();
+    let saved = pending_value(&s, &pending.key.to_string());
+    let finished = run(&fixture("plain_text_small_deltas"), pending.key);
+    s.finish_reply(&pending, &finished.reply).unwrap();
+    delete(&mut s, &pending.key.to_string());
+    pds_creates(&mut s, &pending.key.to_string(), saved);
+    let err = s.pending_reply(&pending.key).unwrap_err();
+    assert!(matches!(err, ChatStoreError::ReplayedReply { .. }), "{err}");
+
+    // Finished by another writer (as a sync would land it), then deleted
+    // and put back in one go, seen only after a restart.
+    let msg2 = s
+        .send(&chat, "And the old ones", None, Attempt::FIRST)
+        .unwrap();
+    let pending2 = s.start_reply(msg2, None).unwrap();
+    let key2 = pending2.key.to_string();
+    let saved2 = pending_value(&s, &key2);
+    s.pending_reply(&pending2.key).unwrap();
+    pds_rewrites(&mut s, &key2, |v| v["status"] = "complete".into());
+    drop(s);
+    let mut s = ChatStore::open(dir.path()).unwrap();
+    delete(&mut s, &key2);
+    pds_creates(&mut s, &key2, saved2);
+    let err = s.pending_reply(&pending2.key).unwrap_err();
+    assert!(matches!(err, ChatStoreError::ReplayedReply { .. }), "{err}");
+    // A fresh pending reply of the next attempt runs as before.
+    let next = s.start_reply(msg2, Some(Attempt::new(1).unwrap())).unwrap();
+    s.pending_reply(&next.key).unwrap();
+}

@@ -15,6 +15,7 @@
 pub mod approval;
 pub mod assemble;
 pub mod events;
+pub mod finished;
 pub mod input;
 pub mod keys;
 pub mod record;

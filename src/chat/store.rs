@@ -101,6 +101,15 @@ pub enum ChatStoreError {
         path: String,
         source: std::io::Error,
     },
+    /// The log of finished replies failed.
+    #[error(transparent)]
+    Finished(#[from] super::finished::FinishedError),
+    /// A pending reply at a key this folder has seen finished: an old
+    /// version put back (see `chat::finished`).
+    #[error(
+        "reply {key} was finished before and is pending again (an old version put back); not generated again"
+    )]
+    ReplayedReply { key: String },
 }
 
 type Result<T, E = ChatStoreError> = std::result::Result<T, E>;
@@ -255,6 +264,8 @@ pub struct ChatStore {
     /// Whether this store keeps `chat-approvals.json` current (see
     /// [`ChatStore::open_without_index`]).
     keeps_index: bool,
+    /// Every reply key seen finished, so none is generated twice.
+    finished: super::finished::FinishedReplies,
 }
 
 impl std::fmt::Debug for ChatStore {
@@ -285,6 +296,8 @@ impl ChatStore {
     pub fn open_without_index(dir: impl AsRef<Path>) -> Result<ChatStore> {
         let dir = dir.as_ref().to_path_buf();
         let device = Device::open(&dir)?;
+        let mut finished = super::finished::FinishedReplies::load(&dir)?;
+        finished.follow(device.repo())?;
         Ok(ChatStore {
             dir,
             device,
@@ -293,6 +306,7 @@ impl ChatStore {
             rebuilt: false,
             index_stale: false,
             keeps_index: false,
+            finished,
         })
     }
 
@@ -594,6 +608,7 @@ impl ChatStore {
                 }
                 e => e.into(),
             })?;
+        self.finished.note([key.as_str()])?;
         if finished.status == MessageStatus::Waiting {
             self.waiting.insert(
                 key.clone(),
@@ -711,6 +726,12 @@ impl ChatStore {
                 reason,
             });
         }
+        // Authentic, but an old version put back (see `chat::finished`).
+        if self.finished.contains(&key.to_string()) {
+            return Err(ChatStoreError::ReplayedReply {
+                key: key.to_string(),
+            });
+        }
         Ok(PendingReply {
             key: *key,
             chat,
@@ -755,6 +776,7 @@ impl ChatStore {
     pub fn refresh(&mut self) -> Result<()> {
         if self.device.reload_if_moved()? {
             self.index_stale = true;
+            self.finished.follow(self.device.repo())?;
         }
         Ok(())
     }
