@@ -362,6 +362,7 @@ fn a_gated_call_waits_then_runs_after_approval_and_the_loop_continues() {
             &ran.reply,
             &[ToolApprovalPart {
                 call_id: "toolu_01EchoCall".into(),
+                pending_id: None,
                 decision: ToolApprovalPartDecision::Approved,
                 reason: None,
                 extra: Default::default(),

@@ -142,17 +142,31 @@ fn waiting_reply() -> Finished {
             _ => None,
         })
         .collect();
-    let id = format!("{U1}.r0");
-    assert_eq!(
-        confirms,
-        vec![(id.as_str(), "c_del"), (id.as_str(), "c_mail")]
-    );
+    // One pending action per call, each with its own id.
+    let calls: Vec<&str> = confirms.iter().map(|(_, c)| *c).collect();
+    assert_eq!(calls, ["c_del", "c_mail"]);
+    assert_ne!(confirms[0].0, confirms[1].0);
+    assert_eq!(pending_ids(&f), [confirms[0].0, confirms[1].0]);
     f
+}
+
+/// The pendingId of each waiting call, in order.
+fn pending_ids(f: &Finished) -> Vec<&str> {
+    f.reply
+        .content
+        .parts
+        .iter()
+        .filter_map(|p| match p {
+            PlainContentPartsItem::ToolCallPart(c) => c.pending_id.as_deref(),
+            _ => None,
+        })
+        .collect()
 }
 
 fn approve(id: &str, reason: Option<&str>) -> ToolApprovalPart {
     ToolApprovalPart {
         call_id: id.into(),
+        pending_id: None,
         decision: ToolApprovalPartDecision::Approved,
         reason: reason.map(Into::into),
         extra: Default::default(),
@@ -340,6 +354,32 @@ fn refusals_are_named() {
     let e = check_answer(&regen, &w_key, &[approve("c_del", None)]).unwrap_err();
     assert!(matches!(e, ApprovalError::PendingSuperseded { .. }));
     assert_eq!(e.xrpc_error(), AnswerApprovalError::PendingSuperseded);
+
+    // A call named by its pending-action id resolves to it; a quoted
+    // pendingId that is not the call's is refused.
+    let ids = pending_ids(&w);
+    let by_id = check_answer(&base, &w_key, &[approve(ids[1], None)]).unwrap();
+    let approved: Vec<&str> = by_id
+        .calls
+        .iter()
+        .filter(|c| c.decision == Decision::Approved)
+        .map(|c| c.call.call_id.as_str())
+        .collect();
+    assert_eq!(approved, ["c_mail"]);
+    let answer = by_id.answer_content();
+    let quoted: Vec<Option<&str>> = answer
+        .parts
+        .iter()
+        .map(|p| match p {
+            PlainContentPartsItem::ToolApprovalPart(a) => a.pending_id.as_deref(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(quoted, [Some(ids[0]), Some(ids[1])]);
+    let mut wrong = approve("c_del", None);
+    wrong.pending_id = Some(ids[1].into());
+    let e = check_answer(&base, &w_key, &[wrong]).unwrap_err();
+    assert!(matches!(e, ApprovalError::PendingUnknown(_)), "{e}");
 
     // A reason over 300 graphemes is a malformed request.
     let long = "é".repeat(301);

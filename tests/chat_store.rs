@@ -131,8 +131,11 @@ fn line_run_matches_run_jsonl() {
         "error_malformed_line",
     ] {
         let input = fixture(case);
-        let whole = Reply::new(key, Arc::new(AskFor::tools(["delete_files"]))).run_jsonl(&input);
-        let mut lr = LineRun::new(Reply::new(key, Arc::new(AskFor::tools(["delete_files"]))));
+        // One seed for both, so their pending-action ids agree.
+        let reply =
+            || Reply::new(key, Arc::new(AskFor::tools(["delete_files"]))).with_action_seed([7; 16]);
+        let whole = reply().run_jsonl(&input);
+        let mut lr = LineRun::new(reply());
         let mut events = Vec::new();
         for line in input.lines() {
             lr.feed(line, &mut events);

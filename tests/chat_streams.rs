@@ -57,9 +57,14 @@ fn policy(opts: &Value) -> Arc<dyn ApprovalPolicy + Send + Sync> {
     }
 }
 
+/// The seed of the fixtures' pending-action ids (a live run draws one).
+const FIXTURE_ACTION_SEED: [u8; 16] = [0; 16];
+
 fn run(case: &Path, input: &str, key: ReplyKey) -> Finished {
     let text = fs::read_to_string(case.join(input)).unwrap();
-    Reply::new(key, policy(&options(case))).run_jsonl(&text)
+    Reply::new(key, policy(&options(case)))
+        .with_action_seed(FIXTURE_ACTION_SEED)
+        .run_jsonl(&text)
 }
 
 fn events_text(events: &[AssistantEvent]) -> String {
@@ -320,7 +325,7 @@ fn stream_errors_fail_and_keep_the_partial_reply() {
 }
 
 #[test]
-fn approval_waits_with_the_reply_key() {
+fn approval_waits_with_a_pending_action_id_per_call() {
     let f = finished("approval_waiting");
     assert_eq!(f.reply.status, MessageStatus::Waiting);
     assert_eq!(f.reply.waiting, vec!["toolu_11".to_string()]);
@@ -329,12 +334,31 @@ fn approval_waits_with_the_reply_key() {
         .iter()
         .filter_map(|e| match e {
             AssistantEvent::ConfirmRequired { id, call_id, .. } => {
-                Some((id.as_str(), call_id.as_str()))
+                Some((id.clone(), call_id.clone()))
             }
             _ => None,
         })
         .collect();
-    assert_eq!(confirms, vec![("3lbqzdw5pzk22.r0", "toolu_11")]);
+    let [(id, call)] = &confirms[..] else {
+        panic!("{confirms:?}")
+    };
+    assert_eq!(call, "toolu_11");
+    // Issued per action, kept with the call, and nothing a provider or the
+    // server could derive from what it sees: another run's differs.
+    assert!(id.starts_with("pa-") && id.len() == 29, "{id}");
+    let stored = f.reply.content.parts.iter().find_map(|p| match p {
+        PlainContentPartsItem::ToolCallPart(c) => c.pending_id.clone(),
+        _ => None,
+    });
+    assert_eq!(stored.as_ref(), Some(id));
+    let case = dir().join("approval_waiting");
+    let text = fs::read_to_string(case.join("input.jsonl")).unwrap();
+    let live = Reply::new(first_key(), policy(&options(&case))).run_jsonl(&text);
+    let live_id = live.events.iter().find_map(|e| match e {
+        AssistantEvent::ConfirmRequired { id, .. } => Some(id.clone()),
+        _ => None,
+    });
+    assert_ne!(live_id.as_ref(), Some(id));
 }
 
 #[test]

@@ -329,11 +329,12 @@ fn the_assistant_runs_streams_and_answers_approvals() {
     let Frame::Event { body, .. } = frames.last().unwrap() else {
         panic!()
     };
-    assert_eq!(
-        body["id"],
-        reply.as_str(),
-        "the pending action is the reply"
+    let pending_id = body["id"].as_str().unwrap().to_owned();
+    assert!(
+        pending_id.starts_with("pa-"),
+        "the call's own pending-action id: {body}"
     );
+    assert_ne!(pending_id, reply.as_str());
     assert_eq!(body["callId"], "toolu_11");
     // The deltas add up to the message the next frame replaces them with.
     let deltas: String = frames
@@ -367,13 +368,21 @@ fn the_assistant_runs_streams_and_answers_approvals() {
         json!([{"callId": "toolu_11", "tool": "delete_files"}])
     );
 
+    // A decision quoting another pending-action id is refused.
+    let wrong = post(
+        &serve,
+        &token,
+        "chat.gel.assistant.answerApproval",
+        json!({"reply": reply, "decisions": [{"callId": "toolu_11", "pendingId": "pa-aaaaaaaaaaaaaaaaaaaaaaaaaa", "decision": "approved"}]}),
+    );
+    assert_eq!(wrong.error(), "PendingUnknown", "{}", wrong.text());
     // answerApproval writes the sealed answer and a pending reply to it,
     // which the assistant runs: the approved call's result first.
     let answer = post(
         &serve,
         &token,
         "chat.gel.assistant.answerApproval",
-        json!({"reply": reply, "decisions": [{"callId": "toolu_11", "decision": "approved"}]}),
+        json!({"reply": reply, "decisions": [{"callId": "toolu_11", "pendingId": pending_id, "decision": "approved"}]}),
     );
     assert_eq!(answer.status, 200, "{}", answer.text());
     let answer = answer.json();

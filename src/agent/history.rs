@@ -208,6 +208,7 @@ mod tests {
     fn call(id: &str, approval: Option<ToolCallPartApproval>) -> PlainContentPartsItem {
         PlainContentPartsItem::ToolCallPart(ToolCallPart {
             approval,
+            pending_id: None,
             call_id: id.into(),
             arguments: Some("{}".into()),
             provider_data: Some(ProviderData(r#"{"id":"fc_1"}"#.into())),

@@ -300,10 +300,15 @@ pub fn check_answer(
     if calls.is_empty() {
         return Err(unknown(format!("reply {reply} has no waiting call")));
     }
+    // A decision names its call by callId, or by the call's pendingId
+    // (what a confirm_required event showed): both resolve to the call.
     let index: HashMap<&str, usize> = calls
         .iter()
         .enumerate()
-        .map(|(i, c)| (c.call.call_id.as_str(), i))
+        .flat_map(|(i, c)| {
+            std::iter::once((c.call.call_id.as_str(), i))
+                .chain(c.call.pending_id.as_deref().map(|p| (p, i)))
+        })
         .rev() // the first of two calls with one id wins
         .collect();
     let mut decided = vec![false; calls.len()];
@@ -330,6 +335,15 @@ pub fn check_answer(
                 d.call_id.chars().take(256).collect::<String>()
             )));
         };
+        if let Some(quoted) = &d.pending_id
+            && calls[i].call.pending_id.as_deref() != Some(quoted.as_str())
+        {
+            return Err(unknown(format!(
+                "pending action {:?} is not the one call {:?} waits as",
+                quoted.chars().take(64).collect::<String>(),
+                d.call_id.chars().take(256).collect::<String>()
+            )));
+        }
         if std::mem::replace(&mut decided[i], true) {
             return Err(ApprovalError::DuplicateDecision {
                 call_id: d.call_id.clone(),
@@ -373,6 +387,7 @@ impl Resolution {
                 .map(|c| {
                     PlainContentPartsItem::ToolApprovalPart(ToolApprovalPart {
                         call_id: c.call.call_id.clone(),
+                        pending_id: c.call.pending_id.clone(),
                         decision: match c.decision {
                             Decision::Approved => ToolApprovalPartDecision::Approved,
                             Decision::Denied => ToolApprovalPartDecision::Denied,
@@ -459,6 +474,7 @@ mod tests {
     fn call(id: &str, approval: Option<ToolCallPartApproval>) -> PlainContentPartsItem {
         PlainContentPartsItem::ToolCallPart(ToolCallPart {
             approval,
+            pending_id: None,
             call_id: id.into(),
             arguments: Some("{}".into()),
             provider_data: None,
@@ -493,6 +509,7 @@ mod tests {
     fn decision(id: &str, d: ToolApprovalPartDecision) -> ToolApprovalPart {
         ToolApprovalPart {
             call_id: id.into(),
+            pending_id: None,
             decision: d,
             reason: Some("no".into()),
             extra: Default::default(),

@@ -536,6 +536,7 @@ impl Assembler {
                     }
                     PlainContentPartsItem::ToolCallPart(ToolCallPart {
                         approval: None,
+                        pending_id: None,
                         call_id,
                         arguments: finished.map(|f| f.arguments),
                         provider_data,

@@ -76,7 +76,8 @@ pub fn replay(
                         arguments: arguments.clone(),
                     };
                     waiting.push(AssistantEvent::ConfirmRequired {
-                        id: key.to_string(),
+                        // A record from before pending ids named the reply.
+                        id: c.pending_id.clone().unwrap_or_else(|| key.to_string()),
                         call_id: c.call_id.clone(),
                         tool: Some(c.name.clone()),
                         label: None,

@@ -195,6 +195,9 @@ pub struct Reply {
     cut_calls: Vec<CutCall>,
     /// The last messageId made, reused for runs of deltas.
     last_id: Option<(usize, String)>,
+    /// Random per run: what pending-action ids are derived from, so they
+    /// cannot be guessed from the reply key and the provider's call id.
+    action_seed: [u8; 16],
 }
 
 impl std::fmt::Debug for Reply {
@@ -224,7 +227,35 @@ impl Reply {
             error: None,
             cut_calls: Vec::new(),
             last_id: None,
+            action_seed: {
+                let mut seed = [0u8; 16];
+                rand_core::Rng::fill_bytes(&mut crate::seal::os_rng(), &mut seed);
+                seed
+            },
         }
+    }
+
+    /// The same run with a fixed seed for its pending-action ids, so a
+    /// recorded run (a fixture) gives the same ids every time.
+    pub fn with_action_seed(mut self, seed: [u8; 16]) -> Reply {
+        self.action_seed = seed;
+        self
+    }
+
+    /// The pending-action id of call `call_id`: `pa-` then 26 base32
+    /// characters of SHA-256(seed ‖ reply key ‖ 0 ‖ call id).
+    fn pending_id(&self, call_id: &str) -> String {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(self.action_seed);
+        h.update(self.key_text.as_bytes());
+        h.update([0]);
+        h.update(call_id.as_bytes());
+        let digest = h.finalize();
+        let text = data_encoding::BASE32_NOPAD
+            .encode(&digest[..16])
+            .to_lowercase();
+        format!("pa-{text}")
     }
 
     /// The reply to an approval answer: starts with the settled calls
@@ -783,11 +814,13 @@ impl Reply {
             let Some(confirmation) = &c.gate else {
                 continue;
             };
+            let id = self.pending_id(&c.call_id);
             if let Some(PlainContentPartsItem::ToolCallPart(p)) = self.content.get_mut(c.pos) {
                 p.approval = Some(ToolCallPartApproval::Pending);
+                p.pending_id = Some(id.clone());
             }
             events.push(AssistantEvent::ConfirmRequired {
-                id: self.key_text.clone(),
+                id,
                 call_id: c.call_id.clone(),
                 tool: Some(c.name.clone()),
                 label: c.label.clone(),
@@ -1028,14 +1061,15 @@ mod tests {
         });
         assert_eq!(f.reply.status, MessageStatus::Waiting);
         assert_eq!(f.reply.waiting, vec!["c0".to_string()]);
-        assert!(matches!(
-            &f.events[..],
-            [AssistantEvent::ConfirmRequired { id, call_id, .. }] if id == "3lbqzdw5pzk22.r0" && call_id == "c0"
-        ));
+        let [AssistantEvent::ConfirmRequired { id, call_id, .. }] = &f.events[..] else {
+            panic!("{:?}", f.events)
+        };
+        assert_eq!(call_id, "c0");
         let PlainContentPartsItem::ToolCallPart(p) = &f.reply.content.parts[0] else {
             panic!()
         };
         assert_eq!(p.approval, Some(ToolCallPartApproval::Pending));
+        assert_eq!(p.pending_id.as_ref(), Some(id));
         f.reply.content.validate().unwrap();
     }
 

@@ -626,8 +626,11 @@ fn approvals(data: &Path, format: Format) -> Result<()> {
 }
 
 fn approve(data: &Path, args: ApproveArgs) -> Result<()> {
+    // An id given is a callId or the pendingId a confirmation showed; the
+    // store resolves either to its call.
     let decision = |call_id: &String, decision| ToolApprovalPart {
         call_id: call_id.clone(),
+        pending_id: None,
         decision,
         reason: args.reason.clone(),
         extra: Default::default(),

@@ -581,6 +581,10 @@ impl support::Validate for TextPart {
 pub struct ToolApprovalPart {
     /// The callId of the waiting toolCallPart.
     pub call_id: String,
+    /// The pendingId of the waiting toolCallPart, when the answer quotes it; it must match.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_id: Option<String>,
     pub decision: ToolApprovalPartDecision,
     /// The user's reason, in their words. For a denied call the model sees it in the call's error result.
     #[serde(default, deserialize_with = "support::some")]
@@ -595,6 +599,10 @@ impl support::Validate for ToolApprovalPart {
     fn validate_at(&self, path: &support::Path<'_>, errors: &mut support::Errors) {
         let p = path.key("callId");
         support::max_length(self.call_id.as_str(), 256, &p, errors);
+        if let Some(v) = &self.pending_id {
+            let p = path.key("pendingId");
+            support::max_length(v.as_str(), 64, &p, errors);
+        }
         let p = path.key("decision");
         support::max_length(self.decision.as_str(), 64, &p, errors);
         if let Some(v) = &self.reason {
@@ -662,6 +670,10 @@ pub struct ToolCallPart {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approval: Option<ToolCallPartApproval>,
     pub call_id: String,
+    /// With approval 'pending': the id of this pending action, issued by whoever generated the reply and unguessable from the callId. Events name the confirmation by it, and an answer may quote it in its toolApprovalPart.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pending_id: Option<String>,
     /// JSON-encoded arguments.
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -688,6 +700,10 @@ impl support::Validate for ToolCallPart {
         }
         let p = path.key("callId");
         support::max_length(self.call_id.as_str(), 256, &p, errors);
+        if let Some(v) = &self.pending_id {
+            let p = path.key("pendingId");
+            support::max_length(v.as_str(), 64, &p, errors);
+        }
         if let Some(v) = &self.arguments {
             let p = path.key("arguments");
             support::max_length(v.as_str(), 200000, &p, errors);
