@@ -85,6 +85,7 @@ fn user(key: &str, parent: Option<&str>, text: &str) -> ChatRecord {
         key,
         m,
         Some(PlainContent {
+            error: None,
             parts: vec![PlainContentPartsItem::TextPart(TextPart {
                 provider_data: None,
                 text: text.into(),

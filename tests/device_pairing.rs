@@ -149,6 +149,7 @@ fn message(did: &str, chat: &str, rkey: &str, words: &str) -> SealedWrite {
         extra: Default::default(),
     };
     let content = PlainContent {
+        error: None,
         parts: vec![PlainContentPartsItem::TextPart(TextPart {
             provider_data: None,
             text: words.into(),

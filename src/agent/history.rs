@@ -192,6 +192,7 @@ mod tests {
 
     fn content(parts: Vec<PlainContentPartsItem>) -> Option<PlainContent> {
         Some(PlainContent {
+            error: None,
             parts,
             extra: Default::default(),
         })
@@ -207,6 +208,8 @@ mod tests {
 
     fn call(id: &str, approval: Option<ToolCallPartApproval>) -> PlainContentPartsItem {
         PlainContentPartsItem::ToolCallPart(ToolCallPart {
+            confirmation: None,
+            label: None,
             approval,
             pending_id: None,
             call_id: id.into(),
@@ -220,6 +223,9 @@ mod tests {
 
     fn result(id: &str) -> PlainContentPartsItem {
         PlainContentPartsItem::ToolResultPart(ToolResultPart {
+            outcome: None,
+            elapsed_ms: None,
+            label: None,
             call_id: id.into(),
             is_error: None,
             output: "out".into(),

@@ -397,6 +397,7 @@ impl Resolution {
                     })
                 })
                 .collect(),
+            error: None,
             extra: Default::default(),
         }
     }
@@ -454,6 +455,12 @@ pub fn repeat_parts(settled: &[Settled]) -> Result<Vec<PlainContentPartsItem>, O
         parts.push(PlainContentPartsItem::ToolResultPart(ToolResultPart {
             call_id: s.call.call_id.clone(),
             is_error: s.run.is_error.then_some(true),
+            outcome: Some(stored_outcome(&s.run.outcome)),
+            elapsed_ms: s
+                .run
+                .elapsed_ms
+                .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+            label: s.call.label.clone(),
             output: s.run.output.clone(),
             output_blob: None,
             extra: Default::default(),
@@ -473,6 +480,8 @@ mod tests {
 
     fn call(id: &str, approval: Option<ToolCallPartApproval>) -> PlainContentPartsItem {
         PlainContentPartsItem::ToolCallPart(ToolCallPart {
+            confirmation: None,
+            label: None,
             approval,
             pending_id: None,
             call_id: id.into(),
@@ -496,6 +505,7 @@ mod tests {
         let mut m = pending_reply(chat(), now());
         m.status = MessageStatus::Waiting;
         let content = PlainContent {
+            error: None,
             parts: vec![
                 call("a", Some(ToolCallPartApproval::Pending)),
                 call("b", Some(ToolCallPartApproval::Pending)),
@@ -622,4 +632,14 @@ mod tests {
             Err(ApprovalError::PendingUnknown(_))
         ));
     }
+}
+
+/// A run's outcome as a result part keeps it (the two lexicons name the
+/// same values).
+pub fn stored_outcome(
+    outcome: &crate::lexicon::chat::gel::assistant::subscribe_reply::ToolResultOutcome,
+) -> crate::lexicon::chat::gel::assistant::defs::ToolResultPartOutcome {
+    use crate::lexicon::chat::gel::assistant::defs::ToolResultPartOutcome as Stored;
+    use crate::lexicon::support::StringEnum;
+    Stored::from_string(outcome.as_str().to_owned()).unwrap_or_else(Stored::Other)
 }

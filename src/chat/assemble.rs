@@ -537,6 +537,8 @@ impl Assembler {
                     PlainContentPartsItem::ToolCallPart(ToolCallPart {
                         approval: None,
                         pending_id: None,
+                        label: None,
+                        confirmation: None,
                         call_id,
                         arguments: finished.map(|f| f.arguments),
                         provider_data,

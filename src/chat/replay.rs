@@ -10,10 +10,13 @@
 //! status implies. Reasoning is private and never sent; a call that never
 //! ended (no `arguments`) is not announced, as in the live run.
 //!
-//! What the record does not hold is left out or inferred: a result's
-//! `outcome` is `refused` for a call the user denied and `succeeded`
-//! otherwise (a stored result means the tool ran), `elapsedMs` and labels
-//! are absent, and a waiting call's confirmation is the default wording.
+//! The sealed content keeps what the events alone carried: each call's
+//! label and (while it waits) its confirmation and pending-action id, each
+//! result's outcome, elapsed time and label, and the error the run ended
+//! with. A record from before those were kept gets them inferred: an
+//! outcome of `refused` for a denied call and `succeeded` otherwise, no
+//! elapsed time or labels, the default confirmation wording, the reply key
+//! as the pending id, and a generic error.
 
 use super::approval::{MAX_WORDS, default_confirmation, truncate_words};
 use super::assemble::FinishedCall;
@@ -66,7 +69,7 @@ pub fn replay(
                     call_id: c.call_id.clone(),
                     tool: c.name.clone(),
                     args: args.clone(),
-                    label: None,
+                    label: c.label.clone(),
                 });
                 if c.approval == Some(ToolCallPartApproval::Pending) {
                     let call = FinishedCall {
@@ -80,8 +83,11 @@ pub fn replay(
                         id: c.pending_id.clone().unwrap_or_else(|| key.to_string()),
                         call_id: c.call_id.clone(),
                         tool: Some(c.name.clone()),
-                        label: None,
-                        confirmation: default_confirmation(&call),
+                        label: c.label.clone(),
+                        confirmation: c
+                            .confirmation
+                            .clone()
+                            .unwrap_or_else(|| default_confirmation(&call)),
                     });
                 }
             }
@@ -95,16 +101,20 @@ pub fn replay(
                     Some(ToolCallPartApproval::Denied) => Some(ToolResultDecision::Declined),
                     _ => None,
                 });
+                let inferred = if decision == Some(ToolResultDecision::Declined) {
+                    ToolResultOutcome::Refused
+                } else {
+                    ToolResultOutcome::Succeeded
+                };
                 events.push(AssistantEvent::ToolResult {
                     call_id: r.call_id.clone(),
                     tool: call.map(|c| c.name.clone()),
-                    label: None,
-                    outcome: if decision == Some(ToolResultDecision::Declined) {
-                        ToolResultOutcome::Refused
-                    } else {
-                        ToolResultOutcome::Succeeded
-                    },
-                    elapsed_ms: None,
+                    label: r.label.clone(),
+                    outcome: r.outcome.as_ref().map_or(inferred, |o| {
+                        crate::lexicon::support::StringEnum::from_string(o.as_str().to_owned())
+                            .unwrap_or_else(ToolResultOutcome::Other)
+                    }),
+                    elapsed_ms: r.elapsed_ms.and_then(|ms| u64::try_from(ms).ok()),
                     decision,
                 });
             }
@@ -113,6 +123,14 @@ pub fn replay(
         }
     }
     let done = |reason| AssistantEvent::Done { reason };
+    // The error the run ended with, as it reported it.
+    let stored_error = content
+        .and_then(|c| c.error.as_ref())
+        .map(|e| AssistantEvent::Error {
+            code: crate::lexicon::support::StringEnum::from_string(e.code.clone())
+                .unwrap_or_else(ErrorCode::Other),
+            message: e.message.clone(),
+        });
     match &record.status {
         MessageStatus::Waiting => events.extend(waiting),
         MessageStatus::Complete => events.push(done(
@@ -123,14 +141,16 @@ pub fn replay(
             },
         )),
         MessageStatus::Failed => {
-            events.push(AssistantEvent::Error {
+            events.push(stored_error.unwrap_or_else(|| AssistantEvent::Error {
                 code: ErrorCode::AssistantProvider,
                 message: Some(truncate_words("the reply failed", MAX_WORDS)),
-            });
+            }));
             events.push(done(DoneReason::Interrupted));
         }
         MessageStatus::Interrupted => {
-            if record.stop_reason != Some(MessageStopReason::Aborted) {
+            if let Some(e) = stored_error {
+                events.push(e);
+            } else if record.stop_reason != Some(MessageStopReason::Aborted) {
                 events.push(AssistantEvent::Error {
                     code: ErrorCode::Other(codes::OPERATION_INTERRUPTED.into()),
                     message: Some("the model's stream ended before the reply finished".into()),
@@ -164,23 +184,66 @@ mod tests {
         .unwrap()
     }
 
-    /// A replay of a finished run carries the same complete texts, calls
-    /// and ending as the live run (which also sent deltas).
+    /// The live run's events with each message's deltas (and snapshots)
+    /// folded into one `message` with its final text, where it first
+    /// showed: what a client that joined after the run should see.
+    fn folded(live: &[AssistantEvent], model: Option<String>) -> Vec<AssistantEvent> {
+        let mut finals: std::collections::HashMap<String, String> = Default::default();
+        let mut snapshots: std::collections::HashMap<String, String> = Default::default();
+        for e in live {
+            match e {
+                AssistantEvent::TextDelta { message_id, text } => {
+                    finals.entry(message_id.clone()).or_default().push_str(text);
+                }
+                AssistantEvent::Message {
+                    message_id, text, ..
+                } => {
+                    snapshots.insert(message_id.clone(), text.clone());
+                }
+                _ => {}
+            }
+        }
+        finals.extend(snapshots);
+        let mut shown = std::collections::HashSet::new();
+        let mut out = Vec::new();
+        for e in live {
+            match e {
+                AssistantEvent::TextDelta { message_id, .. }
+                | AssistantEvent::Message { message_id, .. } => {
+                    if shown.insert(message_id.clone()) {
+                        out.push(AssistantEvent::Message {
+                            message_id: message_id.clone(),
+                            text: finals[message_id].clone(),
+                            model: model.clone(),
+                        });
+                    }
+                }
+                other => out.push(other.clone()),
+            }
+        }
+        out
+    }
+
+    /// For every stream fixture, the events replayed from the finished
+    /// record equal the live run's, field for field, with deltas folded
+    /// into whole `message`s.
     #[test]
-    fn replay_matches_the_live_run_without_deltas() {
+    fn replay_equals_the_live_run_with_deltas_folded() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/streams");
-        for case in [
-            "plain_text_small_deltas",
-            "approval_waiting",
-            "tool_calls_split_arguments",
-            "cut_before_toolcall_end",
-            "provider_error",
-        ] {
-            let input = std::fs::read_to_string(dir.join(case).join("input.jsonl")).unwrap();
-            let options: serde_json::Value = serde_json::from_str(
-                &std::fs::read_to_string(dir.join(case).join("options.json")).unwrap(),
-            )
-            .unwrap();
+        let mut cases: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.join("input.jsonl").is_file())
+            .collect();
+        cases.sort();
+        assert!(cases.len() >= 15, "{cases:?}");
+        for case in cases {
+            let name = case.file_name().unwrap().to_string_lossy().into_owned();
+            let input = std::fs::read_to_string(case.join("input.jsonl")).unwrap();
+            let options: serde_json::Value = std::fs::read_to_string(case.join("options.json"))
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or_default();
             let tools: Vec<String> = options["approvalTools"]
                 .as_array()
                 .map(|a| {
@@ -194,55 +257,8 @@ mod tests {
             let mut record = pending_record();
             finished.reply.fill(&mut record);
             let replayed = replay(&key, &record, Some(&finished.reply.content));
-            let live: Vec<&AssistantEvent> = finished
-                .events
-                .iter()
-                .filter(|e| !matches!(e, AssistantEvent::TextDelta { .. }))
-                .collect();
-            // Same kinds of events, in the same order, apart from the
-            // snapshots: the live run may send a `message` only for parts
-            // without an end, the replay one per text part.
-            let kinds = |es: &mut dyn Iterator<Item = &AssistantEvent>| -> Vec<String> {
-                es.filter(|e| !matches!(e, AssistantEvent::Message { .. }))
-                    .map(|e| e.to_json_line().split('"').nth(3).unwrap_or("").to_owned())
-                    .collect()
-            };
-            assert_eq!(
-                kinds(&mut replayed.iter()),
-                kinds(&mut live.iter().copied()),
-                "{case}"
-            );
-            // Each replayed text is what a live client ended up showing
-            // for that message id: the live run's last `message` for it,
-            // or its deltas put together.
-            let mut texts: Vec<(String, String)> = replayed
-                .iter()
-                .filter_map(|e| match e {
-                    AssistantEvent::Message {
-                        message_id, text, ..
-                    } => Some((message_id.clone(), text.clone())),
-                    _ => None,
-                })
-                .collect();
-            let mut shown: std::collections::BTreeMap<String, String> = Default::default();
-            let mut snapshot: std::collections::BTreeMap<String, String> = Default::default();
-            for e in &finished.events {
-                match e {
-                    AssistantEvent::TextDelta { message_id, text } => {
-                        shown.entry(message_id.clone()).or_default().push_str(text);
-                    }
-                    AssistantEvent::Message {
-                        message_id, text, ..
-                    } => {
-                        snapshot.insert(message_id.clone(), text.clone());
-                    }
-                    _ => {}
-                }
-            }
-            shown.extend(snapshot);
-            let live: Vec<(String, String)> = shown.into_iter().collect();
-            texts.sort();
-            assert_eq!(texts, live, "{case}");
+            let model = record.model.as_ref().map(|m| m.id.clone());
+            assert_eq!(replayed, folded(&finished.events, model), "{name}");
         }
     }
 

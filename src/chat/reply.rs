@@ -36,6 +36,7 @@ use super::assemble::{Assembler, CutCall, FinishedCall, PartKind, Step, StreamEr
 use super::events::{AssistantEvent, codes};
 use super::input::{AssistantMessageEvent, StreamLine, ToolRun};
 use super::keys::ReplyKey;
+use crate::lexicon::chat::gel::assistant::defs::ReplyError as StoredError;
 use crate::lexicon::chat::gel::assistant::defs::{
     ModelRef, PlainContent, PlainContentPartsItem, ToolCallPartApproval, ToolResultPart, Usage,
 };
@@ -663,6 +664,7 @@ impl Reply {
             });
         }
         call.has_result = true;
+        let stored = super::approval::stored_outcome(&run.outcome);
         let event = AssistantEvent::ToolResult {
             call_id: call.call_id.clone(),
             tool: Some(call.name.clone()),
@@ -675,6 +677,11 @@ impl Reply {
             .push(PlainContentPartsItem::ToolResultPart(ToolResultPart {
                 call_id: call.call_id.clone(),
                 is_error: run.is_error.then_some(true),
+                outcome: Some(stored),
+                elapsed_ms: run
+                    .elapsed_ms
+                    .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+                label: call.label.clone(),
                 output: run.output,
                 output_blob: None,
                 extra: Default::default(),
@@ -778,6 +785,23 @@ impl Reply {
                 }
             }
         };
+        // What a replay needs that the events alone carried: each call's
+        // label, and the error the run ended with.
+        for c in &self.calls {
+            if let Some(PlainContentPartsItem::ToolCallPart(p)) = self.content.get_mut(c.pos)
+                && p.call_id == c.call_id
+            {
+                p.label = c.label.clone();
+            }
+        }
+        let error = events.iter().rev().find_map(|e| match e {
+            AssistantEvent::Error { code, message } => Some(StoredError {
+                code: code.as_str().to_owned(),
+                message: message.clone(),
+                extra: Default::default(),
+            }),
+            _ => None,
+        });
         let waiting = if status == MessageStatus::Waiting {
             self.calls
                 .iter()
@@ -793,6 +817,7 @@ impl Reply {
                 status,
                 content: PlainContent {
                     parts: self.content,
+                    error,
                     extra: Default::default(),
                 },
                 model: self.model,
@@ -818,6 +843,7 @@ impl Reply {
             if let Some(PlainContentPartsItem::ToolCallPart(p)) = self.content.get_mut(c.pos) {
                 p.approval = Some(ToolCallPartApproval::Pending);
                 p.pending_id = Some(id.clone());
+                p.confirmation = Some(confirmation.clone());
             }
             events.push(AssistantEvent::ConfirmRequired {
                 id,

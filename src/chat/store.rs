@@ -430,6 +430,7 @@ impl ChatStore {
                 text: text.to_string(),
                 extra: Default::default(),
             })],
+            error: None,
             extra: Default::default(),
         };
         self.write_user(chat, content, parent, attempt, None, false)
@@ -452,6 +453,7 @@ impl ChatStore {
                 text: text.to_string(),
                 extra: Default::default(),
             })],
+            error: None,
             extra: Default::default(),
         };
         self.write_user(chat, content, parent, attempt, Some(request), false)

@@ -230,6 +230,7 @@ impl Thread {
             }
             self.replies[w].view = Some(PlainContent {
                 parts: view,
+                error: None,
                 extra: content.extra.clone(),
             });
             // The answer's replies: leave the repeated parts out.

@@ -50,6 +50,10 @@ pub fn validate_by_type(
             type T = chat::gel::assistant::defs::PlainContent;
             support::validate_data::<T>(value, path, errors)
         }
+        "chat.gel.assistant.defs#replyError" => {
+            type T = chat::gel::assistant::defs::ReplyError;
+            support::validate_data::<T>(value, path, errors)
+        }
         "chat.gel.assistant.defs#reasoningPart" => {
             type T = chat::gel::assistant::defs::ReasoningPart;
             support::validate_data::<T>(value, path, errors)

@@ -354,6 +354,10 @@ impl support::Validate for ModelRef {
 #[serde(rename_all = "camelCase")]
 pub struct PlainContent {
     pub parts: Vec<PlainContentPartsItem>,
+    /// On a reply that failed or was cut short: what the run reported, so a replay reports the same.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ReplyError>,
     /// Fields this version of the lexicon does not declare, kept as they are.
     #[serde(flatten)]
     pub extra: support::Extra,
@@ -365,6 +369,10 @@ impl support::Validate for PlainContent {
         support::max_items(self.parts.len(), 1000, &p, errors);
         for (i, v) in self.parts.iter().enumerate() {
             let p = p.index(i);
+            v.validate_at(&p, errors);
+        }
+        if let Some(v) = &self.error {
+            let p = path.key("error");
             v.validate_at(&p, errors);
         }
         support::extra(&self.extra, path, errors);
@@ -485,6 +493,32 @@ impl support::Validate for PlainContentPartsItem {
                 support::open_variant(v, by_type, path, errors)
             }
         }
+    }
+}
+
+/// Why a reply ended without finishing.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplyError {
+    /// As the subscribeReply error event's code.
+    pub code: String,
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Fields this version of the lexicon does not declare, kept as they are.
+    #[serde(flatten)]
+    pub extra: support::Extra,
+}
+
+impl support::Validate for ReplyError {
+    fn validate_at(&self, path: &support::Path<'_>, errors: &mut support::Errors) {
+        let p = path.key("code");
+        support::max_length(self.code.as_str(), 128, &p, errors);
+        if let Some(v) = &self.message {
+            let p = path.key("message");
+            support::max_length(v.as_str(), 2000, &p, errors);
+        }
+        support::extra(&self.extra, path, errors);
     }
 }
 
@@ -674,6 +708,14 @@ pub struct ToolCallPart {
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pending_id: Option<String>,
+    /// One line describing the action, as the run showed it, so a replay shows it too.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+    /// With approval 'pending': the words the user was asked to approve, as the run showed them.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub confirmation: Option<crate::lexicon::chat::gel::assistant::subscribe_reply::Confirmation>,
     /// JSON-encoded arguments.
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -703,6 +745,14 @@ impl support::Validate for ToolCallPart {
         if let Some(v) = &self.pending_id {
             let p = path.key("pendingId");
             support::max_length(v.as_str(), 64, &p, errors);
+        }
+        if let Some(v) = &self.label {
+            let p = path.key("label");
+            support::max_length(v.as_str(), 1000, &p, errors);
+        }
+        if let Some(v) = &self.confirmation {
+            let p = path.key("confirmation");
+            v.validate_at(&p, errors);
         }
         if let Some(v) = &self.arguments {
             let p = path.key("arguments");
@@ -782,6 +832,18 @@ pub struct ToolResultPart {
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub is_error: Option<bool>,
+    /// What became of the call, as the run reported it: 'succeeded', 'accepted' (queued to run later), 'refused' or 'uncertain'. Absent in older records: a result means it ran.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<ToolResultPartOutcome>,
+    /// How long the call took, in milliseconds.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elapsed_ms: Option<i64>,
+    /// One line describing the action, as the run showed it.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
     /// Tool output as text or JSON-encoded data.
     pub output: String,
     /// Used when the output is too long for the output record. Output will contain a summary in that case.
@@ -804,6 +866,18 @@ impl support::Validate for ToolResultPart {
     fn validate_at(&self, path: &support::Path<'_>, errors: &mut support::Errors) {
         let p = path.key("callId");
         support::max_length(self.call_id.as_str(), 256, &p, errors);
+        if let Some(v) = &self.outcome {
+            let p = path.key("outcome");
+            support::max_length(v.as_str(), 64, &p, errors);
+        }
+        if let Some(v) = &self.elapsed_ms {
+            let p = path.key("elapsedMs");
+            support::minimum(*v, 0, &p, errors);
+        }
+        if let Some(v) = &self.label {
+            let p = path.key("label");
+            support::max_length(v.as_str(), 1000, &p, errors);
+        }
         let p = path.key("output");
         support::max_length(self.output.as_str(), 500000, &p, errors);
         if let Some(v) = &self.output_blob {
@@ -812,6 +886,62 @@ impl support::Validate for ToolResultPart {
             support::accept(v, &["*/*"], &p, errors);
         }
         support::extra(&self.extra, path, errors);
+    }
+}
+
+/// What became of the call, as the run reported it: 'succeeded', 'accepted' (queued to run later), 'refused' or 'uncertain'. Absent in older records: a result means it ran.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ToolResultPartOutcome {
+    /// `succeeded`
+    Succeeded,
+    /// `accepted`
+    Accepted,
+    /// `refused`
+    Refused,
+    /// `uncertain`
+    Uncertain,
+    /// A value this version of the lexicon does not know.
+    Other(String),
+}
+
+impl ToolResultPartOutcome {
+    /// The string this value stands for.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Succeeded => "succeeded",
+            Self::Accepted => "accepted",
+            Self::Refused => "refused",
+            Self::Uncertain => "uncertain",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl support::StringEnum for ToolResultPartOutcome {
+    fn as_str(&self) -> &str {
+        self.as_str()
+    }
+
+    fn from_string(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "succeeded" => Ok(Self::Succeeded),
+            "accepted" => Ok(Self::Accepted),
+            "refused" => Ok(Self::Refused),
+            "uncertain" => Ok(Self::Uncertain),
+            _ => Ok(Self::Other(s)),
+        }
+    }
+}
+
+impl serde::Serialize for ToolResultPartOutcome {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        support::serialize_str_enum(self, s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ToolResultPartOutcome {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        support::deserialize_str_enum(d)
     }
 }
 

@@ -476,7 +476,7 @@ impl<'de> serde::Deserialize<'de> for ToolResultDecision {
 #[serde(rename_all = "camelCase")]
 pub struct ConfirmRequired {
     pub seq: i64,
-    /// The pending action: the record key of the waiting reply, which an answer names. Not the provider's tool-call id.
+    /// The pending action's id, kept as the waiting toolCallPart's pendingId; an answer may name the call by it. Unguessable from the provider's tool-call id.
     pub id: String,
     /// The tool call that waits.
     pub call_id: String,
