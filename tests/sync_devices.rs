@@ -267,7 +267,8 @@ fn second_device_pairs_through_the_pds_and_answers_an_approval(pds: Peer) {
         json!({"created": a_wraps["push"]["created"], "updated": 0, "deleted": 0, "conflicts": 0}),
         "{b_pull}"
     );
-    // The records are sealed for A's DID: another DID opens nothing.
+    // The records are sealed for the account's DID (A re-sealed them
+    // before its first push): another DID opens nothing.
     let a_did = json_of(&ok(a, &["device", "ls", "--format", "json"]))["did"]
         .as_str()
         .unwrap()
@@ -284,11 +285,12 @@ fn second_device_pairs_through_the_pds_and_answers_an_approval(pds: Peer) {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("not approved") && err.contains("--account-did"),
+        err.contains("does not open for did:key:") && err.contains("--account-did"),
         "{err}"
     );
     let joined = json_of(&ok(b, &["device", "join", "--format", "json"]));
     assert_eq!(joined["did"], a_did.as_str());
+    assert_eq!(a_did, pds.did);
     assert_eq!(joined["newlyPaired"], true, "{joined}");
     assert_eq!(joined["device"], b_id.as_str());
     assert_eq!(joined["refresh"], "synced");

@@ -99,9 +99,11 @@ pub struct JoinArgs {
     #[arg(long, value_name = "FILE.car")]
     pub from: Option<PathBuf>,
     /// The DID the account's records are sealed for (`gelstore device ls`
-    /// on a paired device shows it); without it, it is found in the
-    /// records. Only without --from.
-    #[arg(long, value_name = "DID", conflicts_with = "from")]
+    /// on a paired device shows it). Without it: through a PDS, the DID of
+    /// the account this store's sync logged into; with --from, the
+    /// exported repository's own DID (give the account's DID when the
+    /// store it comes from is linked to an account).
+    #[arg(long, value_name = "DID")]
     pub account_did: Option<String>,
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
@@ -247,7 +249,7 @@ fn approve(data: &Path, args: ApproveArgs) -> Result<()> {
 
 fn join(data: &Path, args: JoinArgs) -> Result<()> {
     let out = match &args.from {
-        Some(car) => device::join(data, car)?,
+        Some(car) => device::join(data, car, args.account_did.as_deref())?,
         None => device::join_synced(data, args.account_did.as_deref())?,
     };
     let refresh = match out.refresh {

@@ -104,9 +104,31 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
         Ok(r) => r,
         Err(e) => return sync_failed(e),
     };
+    if let sync::ResealOutcome::Resealed(r) = &report.reseal
+        && !r.left_behind.is_empty()
+    {
+        eprintln!(
+            "device(s) {} were paired from an exported CAR and cannot follow the re-seal for {} (their pairing secrets never left them): pair each again (`gelstore device pair --publish` in a new data folder there, `gelstore device approve CODE` here), and `gelstore device remove ID` the old ones",
+            r.left_behind.join(", "),
+            r.to
+        );
+    }
     match args.format {
         Format::Json => say(json!(report)),
         Format::Human => {
+            match &report.reseal {
+                sync::ResealOutcome::Resealed(r) => say(format_args!(
+                    "sealed again for {} (was {}) before the first push: {} sealed record(s), {} rewritten, {} key wrap(s), {} membership change(s)",
+                    r.to, r.from, r.sealed, r.rewritten, r.wraps, r.changes
+                )),
+                sync::ResealOutcome::Finished { did } => {
+                    say(format_args!("finished the interrupted re-seal for {did}"))
+                }
+                sync::ResealOutcome::Earlier { did } => say(format_args!(
+                    "this store seals for {did}, as linked by an earlier gelstore (not re-sealed)"
+                )),
+                sync::ResealOutcome::NotNeeded => {}
+            }
             let p = &report.push;
             say(format_args!(
                 "pushed to {} ({}): {} created, {} updated, {} deleted, {} unchanged",

@@ -28,14 +28,16 @@
 //! own writable store and the PDS's repository is the shared one: a new
 //! device writes its own `device` record ([`publish`]), syncs, and after the
 //! approval has been synced completes the pairing from the records in its
-//! own store ([`join_synced`]). Its records are sealed for the first
-//! device's DID ([`Device::account_did`]), kept in `device.json`.
+//! own store ([`join_synced`]). Records are sealed for the account's DID
+//! ([`Device::account_did`], kept in `device.json`): a store started
+//! offline seals for its own did:key until its first sync re-seals it
+//! ([`reseal`]), and a device that joins through the PDS takes the DID its
+//! login gave.
 
 pub mod records;
+pub mod reseal;
 pub mod state;
 
-use std::fs::File;
-use std::io::BufReader;
 use std::path::Path;
 
 use rand_core::CryptoRng;
@@ -142,6 +144,46 @@ pub enum DeviceError {
         held: u64,
         /// The epoch the records give now.
         now: u64,
+    },
+    /// The store could not be sealed again for the account's DID it is
+    /// being linked to. Nothing was changed, and nothing is pushed.
+    #[error(
+        "cannot re-seal this store for the account {account}: {reason}; nothing was changed, and nothing is pushed until it is re-sealed"
+    )]
+    Reseal {
+        /// The account's DID.
+        account: String,
+        /// Why.
+        reason: String,
+    },
+    /// A re-seal for the account's DID is not finished (a crash, or an
+    /// earlier failure): nothing is pushed until it is.
+    #[error(
+        "this store is not yet sealed for the account {account}; nothing is pushed until it is: run `gelstore sync` again, which finishes the re-seal first"
+    )]
+    ResealPending {
+        /// The account's DID.
+        account: String,
+    },
+    /// The pairing wrap addressed to this device does not open for the DID
+    /// tried (its HPKE info binds the DID, its PSK the pairing secret).
+    #[error(
+        "the pairing wrap addressed to this device does not open for {did} (authentication failed): either it was made with another pairing code than this device's (approve the code this device shows), or the account's records are sealed for another DID: give it with --account-did (`gelstore device ls` on a paired device shows it; a store linked to an account seals for the account's DID, one linked by an earlier gelstore for its own did:key)"
+    )]
+    PairingWrapRefused {
+        /// The DID tried.
+        did: String,
+    },
+    /// A read-only copy paired from an exported CAR, whose account has
+    /// since been re-sealed for its account's DID: its pairing wrap could
+    /// not be made again (only this device knows its pairing secret). The
+    /// copy was left as it was.
+    #[error(
+        "this read-only copy was paired for {did}, but the exported repository no longer opens for this device: the store it comes from was linked to an account and re-sealed for the account's DID, and a device paired from an exported CAR cannot follow (its pairing secret never left this device). The copy here is left as it was. Pair this device again: `gelstore device pair` in a new data folder, `gelstore device approve CODE` on the paired device, then sync through the PDS (`gelstore device pair --publish`) or `gelstore device join --from FILE.car --account-did DID`"
+    )]
+    CopyCannotFollow {
+        /// The DID the copy was paired for.
+        did: String,
     },
     /// Sealing, opening, pairing or a keyring operation failed.
     #[error(transparent)]
@@ -317,8 +359,10 @@ impl Device {
     pub fn open(dir: impl AsRef<Path>) -> Result<Device, DeviceError> {
         let dir = dir.as_ref();
         let key = load_device_key(dir)?;
-        let state = admitted_state(dir)?;
+        let mut state = admitted_state(dir)?;
         let repo = Repository::open(dir)?;
+        // A re-seal whose commit landed before a crash: finish its state.
+        reseal::finish_pending(dir, &repo, &mut state)?;
         Device::build(dir, repo, key, state)
     }
 
@@ -402,8 +446,8 @@ impl Device {
     }
 
     /// The account DID records are sealed for and named by (at-uris): the
-    /// repository's own, or the first device's for a device that joined
-    /// through a PDS.
+    /// repository's own for a store not linked to an account yet (or that
+    /// is the account's repository), else the account's (see [`reseal`]).
     pub fn account_did(&self) -> &str {
         &self.did
     }
@@ -739,6 +783,7 @@ pub fn init(
             account_did: None,
             held_epoch: 0,
             membership_heads: Vec::new(),
+            reseal: None,
         },
     };
     if state.pairing.public_key != key.public_key() {
@@ -833,6 +878,7 @@ pub fn pair(dir: impl AsRef<Path>, rng: &mut impl CryptoRng) -> Result<PairOutco
         account_did: None,
         held_epoch: 0,
         membership_heads: Vec::new(),
+        reseal: None,
     }
     .save(dir)?;
     Ok(PairOutcome {
@@ -980,28 +1026,86 @@ pub fn publish(dir: impl AsRef<Path>, name: Option<&str>) -> Result<String, Devi
 /// `dir` from a CAR exported by the store that holds the repository: the
 /// read-only copy is imported or refreshed ([`Repository::refresh`]), and a
 /// pending pairing is completed from the pairing wrap addressed to this
-/// device's record.
-pub fn join(dir: impl AsRef<Path>, car: &Path) -> Result<JoinOutcome, DeviceError> {
+/// device's record. The records are sealed for `account_did` if given (a
+/// store linked to an account seals for the account's DID, which its
+/// exported repository does not name), else for the exported repository's
+/// own DID. An already paired copy whose pairing wrap is gone from the
+/// export (its store was re-sealed for an account) is left as it was
+/// ([`DeviceError::CopyCannotFollow`]).
+pub fn join(
+    dir: impl AsRef<Path>,
+    car: &Path,
+    account_did: Option<&str>,
+) -> Result<JoinOutcome, DeviceError> {
     let dir = dir.as_ref();
     let state = pending_or_paired(dir)?;
     let key = load_device_key(dir)?;
-    let file = File::open(car).map_err(|source| DeviceError::Io {
+    let bytes = std::fs::read(car).map_err(|source| DeviceError::Io {
         path: car.display().to_string(),
         source,
     })?;
+    if state.is_admitted() {
+        check_copy_follows(dir, &bytes, &key, &state)?;
+    }
     let (repo, _stats, refresh): (Repository, ImportStats, Refresh) =
-        Repository::refresh(dir, BufReader::new(file), &ImportOptions::default())?;
-    let dids = vec![repo.did().to_owned()];
-    finish_join(dir, repo, key, state, &dids, Some(refresh))
+        Repository::refresh(dir, bytes.as_slice(), &ImportOptions::default())?;
+    let did = match account_did {
+        Some(d) => d.to_owned(),
+        None => state
+            .account_did
+            .clone()
+            .unwrap_or_else(|| repo.did().to_owned()),
+    };
+    finish_join(dir, repo, key, state, &did, Some(refresh))
+}
+
+/// Refuses, before the copy is replaced, an export in which this paired
+/// device's keyring no longer opens because its pairing wrap is gone: the
+/// store was re-sealed for its account, which a CAR-paired device cannot
+/// follow. Anything else that fails is left to the join itself.
+fn check_copy_follows(
+    dir: &Path,
+    car: &[u8],
+    key: &DeviceKey,
+    state: &DeviceState,
+) -> Result<(), DeviceError> {
+    let held = match Repository::open(dir) {
+        Ok(repo) => repo.did().to_owned(),
+        // No copy yet, or one that does not open: the refresh says why.
+        Err(_) => return Ok(()),
+    };
+    let engine = std::sync::Arc::new(crate::store::MemoryEngine::new());
+    let Ok((copy, _)) = Repository::import_engine(engine, None, car, &ImportOptions::default())
+    else {
+        return Ok(());
+    };
+    if copy.did() != held {
+        return Ok(()); // another repository: the refresh refuses it
+    }
+    let records = KeyRecords::read(&copy)?;
+    let pairing_kept = records.keys.wraps.iter().any(|w| {
+        matches!(&w.recipient, crate::seal::Recipient::Device { device } if Some(device) == state.device.as_ref())
+            && Some(&w.key_id) == state.account_key_id.as_ref()
+    });
+    if pairing_kept || derive(&copy, key, state).is_ok() {
+        return Ok(());
+    }
+    Err(DeviceError::CopyCannotFollow {
+        did: state
+            .account_did
+            .clone()
+            .unwrap_or_else(|| copy.did().to_owned()),
+    })
 }
 
 /// Completes a pending pairing from the records already in the store of
 /// `dir` — the way a device joins through a PDS: `gelstore sync` pulled
 /// the pairing wrap into its own repository. The records are sealed for
-/// the first device's DID, which is `account_did` if given, else the
-/// repository's own or one named by the `chat` at-uri of a message in it.
-/// TODO(issue 7): once stores re-seal for the account's DID (see docs/sealing.md),
-/// that DID comes from the login and the guess goes.
+/// the account's DID: the one this store's sync is linked to (its login
+/// gave it), else the repository's own (a store that is the account's
+/// repository, such as `gelstore serve`'s). `account_did` overrides it, for
+/// an account whose first device was linked by an earlier version (it
+/// seals for its own did:key).
 pub fn join_synced(
     dir: impl AsRef<Path>,
     account_did: Option<&str>,
@@ -1010,11 +1114,17 @@ pub fn join_synced(
     let state = pending_or_paired(dir)?;
     let key = load_device_key(dir)?;
     let repo = Repository::open(dir)?;
-    let dids = match account_did {
-        Some(d) => vec![d.to_owned()],
-        None => candidate_dids(&repo)?,
+    let did = match account_did {
+        Some(d) => d.to_owned(),
+        None => crate::sync::SyncState::load(dir, &repo)
+            .map_err(|e| DeviceError::StateFile {
+                path: dir.display().to_string(),
+                reason: format!("the sync state: {e}"),
+            })?
+            .did
+            .unwrap_or_else(|| repo.did().to_owned()),
     };
-    finish_join(dir, repo, key, state, &dids, None)
+    finish_join(dir, repo, key, state, &did, None)
 }
 
 fn pending_or_paired(dir: &Path) -> Result<DeviceState, DeviceError> {
@@ -1023,35 +1133,12 @@ fn pending_or_paired(dir: &Path) -> Result<DeviceState, DeviceError> {
     })
 }
 
-/// The repository's DID, then the DIDs the `chat` at-uris of its messages
-/// name.
-fn candidate_dids(repo: &Repository) -> Result<Vec<String>, DeviceError> {
-    let mut dids = vec![repo.did().to_owned()];
-    for entry in repo.list(Some("chat.gel.assistant.message"))? {
-        let (key, _) = entry?;
-        let (collection, rkey) = key.split_once('/').unwrap_or((&key, ""));
-        let Some(record) = repo.get(collection, rkey)? else {
-            continue;
-        };
-        let did = record.value["chat"]
-            .as_str()
-            .and_then(|u| u.strip_prefix("at://"))
-            .and_then(|u| u.split('/').next());
-        if let Some(did) = did
-            && !dids.iter().any(|d| d == did)
-        {
-            dids.push(did.to_owned());
-        }
-    }
-    Ok(dids)
-}
-
 fn finish_join(
     dir: &Path,
     repo: Repository,
     key: DeviceKey,
     mut state: DeviceState,
-    dids: &[String],
+    did: &str,
     refresh: Option<Refresh>,
 ) -> Result<JoinOutcome, DeviceError> {
     let newly_paired = !state.is_admitted();
@@ -1074,18 +1161,16 @@ fn finish_join(
             });
         }
         let mut last = None;
-        'found: for did in dids {
-            for id in &candidates {
-                match Keyring::join(did, id, key.clone(), &state.request(), &records.keys) {
-                    Ok((ring, _)) => {
-                        state.device = Some(id.clone());
-                        state.account_key_id = Some(ring.admitted_with().to_string());
-                        state.account_did = (did != repo.did()).then(|| did.clone());
-                        last = None;
-                        break 'found;
-                    }
-                    Err(e) => last = Some(e),
+        for id in &candidates {
+            match Keyring::join(did, id, key.clone(), &state.request(), &records.keys) {
+                Ok((ring, _)) => {
+                    state.device = Some(id.clone());
+                    state.account_key_id = Some(ring.admitted_with().to_string());
+                    state.account_did = (did != repo.did()).then(|| did.to_owned());
+                    last = None;
+                    break;
                 }
+                Err(e) => last = Some(e),
             }
         }
         if let Some(e) = last {
@@ -1093,16 +1178,11 @@ fn finish_join(
                 SealError::NotRecipient { .. } => DeviceError::NotApproved {
                     detail: "no pairing wrap is addressed to this device's record yet; approve its code on a paired device, then export that device's repository (or sync both devices) again".into(),
                 },
-                // Joining from synced records, a wrap that does not open
-                // under any DID tried is most likely sealed for another one.
-                SealError::AuthenticationFailed { .. } if refresh.is_none() => {
-                    DeviceError::NotApproved {
-                        detail: format!(
-                            "the pairing wrap addressed to this device does not open for {}; give the DID the account's records are sealed for with --account-did (`gelstore device ls` on a paired device shows it)",
-                            dids.join(", ")
-                        ),
-                    }
-                }
+                // The HPKE info binds the DID: a wrap addressed to this
+                // device that does not open is sealed for another one.
+                SealError::AuthenticationFailed { .. } => DeviceError::PairingWrapRefused {
+                    did: did.to_owned(),
+                },
                 other => other.into(),
             });
         }

@@ -5,8 +5,18 @@
 //! device.json   the pairing state, mode 0600:
 //!               {"version": 1, "pairingCode": "gp1-…", "device": "<rkey>" | null,
 //!                "accountKeyId": "account:<epoch>:<hex>" | null,
-//!                "heldEpoch": N}
+//!                "heldEpoch": N, "accountDid": "did:…",
+//!                "resealPending": {"accountDid": "did:…", "heads": ["<cid>", …]}}
 //! ```
+//!
+//! `accountDid` is the DID the records are sealed for when it is not the
+//! repository's own: the account's, once the store was linked to one (and
+//! re-sealed for it, see `device::reseal`). `resealPending` is written just
+//! before the commit that re-seals the store for `accountDid` and removed
+//! once `accountDid` says so: if it is still there, the commit landed only
+//! if the repository holds the membership changes `heads` (the re-signed
+//! log's), and the next open finishes, or the next sync redoes, the
+//! re-seal. A store with it is never pushed.
 //!
 //! `heldEpoch` is the newest account epoch this device has held: the
 //! records can lose epochs (a PDS deletes key wraps), this file cannot, so a
@@ -59,8 +69,9 @@ pub struct DeviceState {
     /// The keyId of the account key the pairing wrap carries, once admitted.
     pub account_key_id: Option<String>,
     /// The DID the account's records are sealed for, when it is not this
-    /// store's repository DID: a device that joined through a PDS keeps its
-    /// own local repository and opens and seals for the first device's DID.
+    /// store's repository DID: the account's, once the store was linked
+    /// (and re-sealed) or joined through a PDS; each device keeps its own
+    /// local repository.
     pub account_did: Option<String>,
     /// The newest account epoch this device has held (0 for a state file
     /// written before it was kept).
@@ -68,6 +79,25 @@ pub struct DeviceState {
     /// The heads of the membership log this device verified last: a log
     /// that no longer has them went backwards and is refused.
     pub membership_heads: Vec<crate::model::Cid>,
+    /// A re-seal for an account's DID that was started and not finished.
+    pub reseal: Option<PendingReseal>,
+}
+
+/// A re-seal started (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingReseal {
+    /// The DID the records are being re-sealed for.
+    pub account_did: String,
+    /// The heads of the re-signed membership log: there once the commit
+    /// landed.
+    pub heads: Vec<crate::model::Cid>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PendingFile {
+    account_did: String,
+    heads: Vec<String>,
 }
 
 impl std::fmt::Debug for DeviceState {
@@ -92,6 +122,8 @@ struct StateFile {
     held_epoch: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     membership_heads: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reseal_pending: Option<PendingFile>,
 }
 
 /// Most heads a state file keeps (a log has more only during a fork).
@@ -147,6 +179,7 @@ impl DeviceState {
             account_did,
             held_epoch,
             membership_heads,
+            reseal_pending,
         } = serde_json::from_str(&text).map_err(|e| err(format!("not valid JSON state: {e}")))?;
         let pairing_code = Zeroizing::new(pairing_code);
         if version != STATE_VERSION {
@@ -180,6 +213,31 @@ impl DeviceState {
             .iter()
             .map(|c| crate::model::parse_cid(c).map_err(|e| err(format!("membershipHeads: {e}"))))
             .collect::<Result<_, _>>()?;
+        let reseal = match reseal_pending {
+            None => None,
+            Some(p) => {
+                if p.account_did.is_empty() || p.account_did.len() > 512 {
+                    return Err(err("resealPending.accountDid is empty or too long".into()));
+                }
+                if p.heads.is_empty() || p.heads.len() > MAX_HEADS {
+                    return Err(err(format!(
+                        "resealPending.heads must have 1 to {MAX_HEADS} entries"
+                    )));
+                }
+                let heads = p
+                    .heads
+                    .iter()
+                    .map(|c| {
+                        crate::model::parse_cid(c)
+                            .map_err(|e| err(format!("resealPending.heads: {e}")))
+                    })
+                    .collect::<Result<_, _>>()?;
+                Some(PendingReseal {
+                    account_did: p.account_did,
+                    heads,
+                })
+            }
+        };
         Ok(Some(DeviceState {
             pairing,
             device,
@@ -187,6 +245,7 @@ impl DeviceState {
             account_did,
             held_epoch,
             membership_heads,
+            reseal,
         }))
     }
 
@@ -210,6 +269,10 @@ impl DeviceState {
                 .iter()
                 .map(|c| c.to_string())
                 .collect(),
+            reseal_pending: self.reseal.as_ref().map(|p| PendingFile {
+                account_did: p.account_did.clone(),
+                heads: p.heads.iter().map(|c| c.to_string()).collect(),
+            }),
         };
         let text = serde_json::to_string_pretty(&file);
         drop(Zeroizing::new(file.pairing_code));

@@ -1100,6 +1100,245 @@ impl Keyring {
     pub fn chat_key_ids(&self) -> BTreeSet<String> {
         self.chat_keys.keys().cloned().collect()
     }
+
+    /// The membership log and `wraps` made again for account `did`, with
+    /// the same keys, keyIds, epochs, rosters and dates: every change
+    /// re-signed in order (new CIDs, so new `prev` links), every wrap sealed
+    /// again with the new DID in its HPKE info (this device's pairing wrap
+    /// bound to its admission's new CID). Only this device's signing key is
+    /// here, so every verified change must be its own; another device's
+    /// pairing wrap needs that device's pairing secret and is left out
+    /// (listed in [`Resealed::left_behind`]).
+    pub fn resealed_for(
+        &self,
+        did: &str,
+        own: &PairingRequest,
+        wraps: &[KeyWrap],
+        rng: &mut impl CryptoRng,
+    ) -> Result<Resealed> {
+        let fail = |reason: String| Err(SealError::Keyring { reason });
+        if self.fork().is_some() {
+            return fail(
+                "the membership log is forked; resolve it (`gelstore device resolve`) first".into(),
+            );
+        }
+        let key = self.device.signing_key();
+        let mine = key.public_key().to_did_key();
+        // Parents first, so each change names its parents' new CIDs.
+        let mut changes: BTreeMap<Cid, SignedChange> = BTreeMap::new();
+        let mut left: Vec<&SignedChange> = self.log.changes().collect();
+        while !left.is_empty() {
+            let before = left.len();
+            let mut rest = Vec::new();
+            for c in left {
+                if !c.change.prev.iter().all(|p| changes.contains_key(p)) {
+                    rest.push(c);
+                    continue;
+                }
+                let signer = &c.change.signer;
+                let own_key = c
+                    .change
+                    .roster
+                    .get(signer)
+                    .and_then(|m| m.signing_key.as_deref());
+                if *signer != self.device_id || own_key != Some(mine.as_str()) {
+                    return fail(format!(
+                        "membership change {} was signed by device {signer:?}, not by this one; only the device that signed every change of the log can sign it again",
+                        c.cid
+                    ));
+                }
+                let mut change = c.change.clone();
+                change.prev = c.change.prev.iter().map(|p| changes[p].cid).collect();
+                change.prev.sort_by_key(|c| c.to_bytes());
+                changes.insert(c.cid, change.sign(did, &key)?);
+            }
+            if rest.len() == before {
+                return fail("the membership log's links do not resolve".into());
+            }
+            left = rest;
+        }
+
+        let code = own.code();
+        let own_psk = Psk::pairing(code.secret.as_ref(), &code.public_key);
+        let mut out = Vec::with_capacity(wraps.len());
+        let mut left_behind = BTreeSet::new();
+        for wrap in wraps {
+            let remade = match (&wrap.recipient, parse_key_id(&wrap.key_id)) {
+                (Recipient::Device { device }, Some(KeyKind::Account { epoch }))
+                    if epoch == wrap.epoch =>
+                {
+                    self.remade_device_wrap(did, wrap, device, &changes, &own_psk, rng)?
+                }
+                (Recipient::Account { key_id, epoch }, Some(kind)) => {
+                    let Some(holder) = self.accounts.get(&(*epoch, key_id.clone())) else {
+                        return fail(format!(
+                            "wrap of {:?} is for account key {key_id:?}, which this device does not hold",
+                            wrap.key_id
+                        ));
+                    };
+                    let secret = match kind {
+                        KeyKind::Account { .. } => {
+                            self.held(&wrap.key_id).map(|k| *k.pair.secret_bytes())
+                        }
+                        KeyKind::Chat { .. } => {
+                            self.chat_keys.get(&wrap.key_id).map(|e| *e.key.secret())
+                        }
+                    };
+                    let Some(secret) = secret.map(Zeroizing::new) else {
+                        return fail(format!(
+                            "this device does not hold {:?}, so its wrap cannot be made again",
+                            wrap.key_id
+                        ));
+                    };
+                    Some(seal_wrap(
+                        did,
+                        &wrap.key_id,
+                        wrap.epoch,
+                        wrap.recipient.clone(),
+                        holder.pair.public(),
+                        &Psk::account(holder.pair.secret_bytes(), &holder.key_id),
+                        &secret,
+                        wrap.created_at.clone(),
+                        None,
+                        rng,
+                    )?)
+                }
+                _ => {
+                    return fail(format!(
+                        "wrap of {:?} is of no kind this device makes",
+                        wrap.key_id
+                    ));
+                }
+            };
+            if remade.is_none()
+                && let Recipient::Device { device } = &wrap.recipient
+            {
+                left_behind.insert(device.clone());
+            }
+            out.push(remade);
+        }
+        let mut heads: Vec<Cid> = self.log.heads().iter().map(|h| changes[h].cid).collect();
+        heads.sort();
+        Ok(Resealed {
+            changes,
+            wraps: out,
+            left_behind,
+            heads,
+        })
+    }
+
+    /// An account key wrap to a device, made again for `did`: a rotation
+    /// wrap (the device is in the roster of the rotation that started the
+    /// key's epoch; PSK: the key of the epoch before), or this device's own
+    /// pairing wrap; `None` for another device's pairing wrap.
+    fn remade_device_wrap(
+        &self,
+        did: &str,
+        wrap: &KeyWrap,
+        device: &str,
+        changes: &BTreeMap<Cid, SignedChange>,
+        own_psk: &Psk,
+        rng: &mut impl CryptoRng,
+    ) -> Result<Option<KeyWrap>> {
+        let Some(account) = self.held(&wrap.key_id) else {
+            return Err(SealError::Keyring {
+                reason: format!(
+                    "this device does not hold {:?}, so its wraps cannot be made again",
+                    wrap.key_id
+                ),
+            });
+        };
+        let me = self.device.public_key();
+        if device == self.device_id {
+            let admission = self.log.changes().find(|c| {
+                c.change.account_key_id == wrap.key_id
+                    && c.change
+                        .roster
+                        .get(device)
+                        .is_some_and(|m| m.public_key == me)
+                    && open_wrap(
+                        &self.did,
+                        wrap,
+                        self.device.0.secret_bytes(),
+                        own_psk,
+                        Some(&c.cid),
+                    )
+                    .is_ok()
+            });
+            if let Some(c) = admission {
+                return seal_wrap(
+                    did,
+                    &wrap.key_id,
+                    wrap.epoch,
+                    wrap.recipient.clone(),
+                    &me,
+                    own_psk,
+                    account.pair.secret_bytes(),
+                    wrap.created_at.clone(),
+                    Some(&changes[&c.cid].cid),
+                    rng,
+                )
+                .map(Some);
+            }
+        }
+        // The rotation that put the key in force: its parents hold another.
+        let rotation = self.log.changes().find(|c| {
+            c.change.account_key_id == wrap.key_id
+                && c.change.prev.iter().any(|p| {
+                    self.log
+                        .get(p)
+                        .is_some_and(|p| p.change.account_key_id != wrap.key_id)
+                })
+        });
+        let Some(rotation) = rotation else {
+            return Ok(None);
+        };
+        let Some(member) = rotation.change.roster.get(device) else {
+            return Ok(None);
+        };
+        let prev = rotation
+            .change
+            .prev
+            .iter()
+            .filter_map(|p| self.log.get(p))
+            .find_map(|p| self.held(&p.change.account_key_id));
+        let Some(prev) = prev else {
+            return Err(SealError::Keyring {
+                reason: format!(
+                    "this device does not hold the key before {:?}, so its rotation wraps cannot be made again",
+                    wrap.key_id
+                ),
+            });
+        };
+        seal_wrap(
+            did,
+            &wrap.key_id,
+            wrap.epoch,
+            wrap.recipient.clone(),
+            &member.public_key,
+            &Psk::account(prev.pair.secret_bytes(), &prev.key_id),
+            account.pair.secret_bytes(),
+            wrap.created_at.clone(),
+            None,
+            rng,
+        )
+        .map(Some)
+    }
+}
+
+/// The key records of a keyring made again for another DID (see
+/// [`Keyring::resealed_for`]).
+#[derive(Debug, Clone)]
+pub struct Resealed {
+    /// Each verified change by its old CID, signed again for the new DID.
+    pub changes: BTreeMap<Cid, SignedChange>,
+    /// Each wrap given, in order, made again for the new DID; `None` for
+    /// another device's pairing wrap.
+    pub wraps: Vec<Option<KeyWrap>>,
+    /// The devices whose pairing wraps are left out.
+    pub left_behind: BTreeSet<String>,
+    /// The log's heads, by their new CIDs.
+    pub heads: Vec<Cid>,
 }
 
 fn public_keys(roster: &Roster) -> BTreeMap<String, [u8; KEY_LEN]> {

@@ -36,9 +36,15 @@
 //! [`status`] compares without changing anything: `getLatestCommit`
 //! against the mirrored head, MST diffs for the counts.
 //!
-//! Not done here (issue 7): blobs,
-//! re-sealing a store linked to a did:key for the account's DID (until then a device that joins through the PDS seals for the first
-//! device's DID, see `device::join_synced`).
+//! After the first pull, before any push, a store whose device seals for its own
+//! did:key (started offline) is sealed again for the account's DID, once,
+//! in one commit (`device::reseal`); before the push, a store whose
+//! re-seal is unfinished or missing is refused
+//! ([`SyncError::Reseal`]), so nothing sealed for the did:key reaches the
+//! PDS. Devices that join through the PDS then seal for the account's DID,
+//! which their own login gave (`device::join_synced`).
+//!
+//! Not done here (issue 7): blobs.
 
 mod auth;
 mod batch;
@@ -60,6 +66,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use thiserror::Error;
 
+pub use crate::device::reseal::ResealOutcome;
 pub use client::Session;
 pub use merge::MergeReport;
 pub use mirror::RemoteHead;
@@ -207,6 +214,10 @@ pub enum SyncError {
         /// Why.
         reason: String,
     },
+    /// The store could not be sealed for the account's DID before its
+    /// first push, or a re-seal is unfinished: nothing was pushed.
+    #[error(transparent)]
+    Reseal(Box<crate::device::DeviceError>),
     /// The local repository.
     #[error(transparent)]
     Local(Box<RepoError>),
@@ -331,6 +342,9 @@ pub struct SyncReport {
     pub merged: MergeReport,
     /// The mirror at the end.
     pub pull: PullReport,
+    /// What sealing the store for the account's DID did before anything
+    /// was pushed (see `device::reseal`).
+    pub reseal: ResealOutcome,
 }
 
 /// One local record to push.
@@ -845,6 +859,19 @@ pub fn sync_with_progress(
     let (session, key) = connect(&repo, opts, &mut state, progress)?;
     let mut pulls = Pulls::default();
     pull_merge(&session, &key, data, &mut repo, &mut state, &mut pulls)?;
+    // After a pull that verified (a failed one leaves the store as it was),
+    // before any push: a store that seals for its own did:key is sealed
+    // again for the account's DID, in one commit.
+    let reseal = crate::device::reseal::reseal_for_account(
+        data,
+        &mut repo,
+        session.did(),
+        &state.pushed,
+        &mut crate::seal::os_rng(),
+    )
+    .map_err(|e| SyncError::Reseal(Box::new(e)))?;
+    crate::device::reseal::check_ready(data, &repo, session.did(), &state.pushed)
+        .map_err(|e| SyncError::Reseal(Box::new(e)))?;
     let mut push_report = PushReport::default();
     let mut attempt = 1;
     loop {
@@ -877,6 +904,7 @@ pub fn sync_with_progress(
         push: push_report,
         merged: pulls.merged,
         pull,
+        reseal,
     })
 }
 

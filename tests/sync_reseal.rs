@@ -1,0 +1,390 @@
+//! A store started offline (sealed for its own did:key) linked to an
+//! account by its first `gelstore sync`: everything is sealed again for the
+//! account's DID before anything is pushed, once; a device joining through
+//! the PDS then uses the account's DID without guessing; a device paired
+//! earlier from an exported CAR is told to pair again and keeps its copy;
+//! a re-seal cut by a crash on either side of its commit is finished or
+//! redone, never pushed half done.
+//!
+//! Every scenario runs against both peers of tests/common_peer.
+
+mod common_pds;
+mod common_peer;
+mod common_serve;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use gelstore::device::Device;
+use gelstore::repo::repository::Repository;
+use serde_json::Value;
+
+use common_peer::{Peer, gel, on_both_peers};
+
+const MARKER: &str = "RESEAL-PLAINTEXT-7Qm2";
+const SEALED: [&str; 3] = [
+    "chat.gel.assistant.chat",
+    "chat.gel.assistant.message",
+    "chat.gel.assistant.settings",
+];
+
+fn ok(data: &Path, args: &[&str]) -> String {
+    common_peer::ok(data, args).trim_end().to_owned()
+}
+
+fn json_of(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+fn sync_args(pds: &Peer) -> Vec<&str> {
+    common_peer::sync_args(pds, &pds.service, &pds.password)
+}
+
+fn sync(data: &Path, pds: &Peer) -> Value {
+    json_of(&ok(data, &sync_args(pds)))
+}
+
+fn get(url: &str) -> Vec<u8> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let resp = reqwest::get(url).await.unwrap();
+            assert!(resp.status().is_success(), "{url}: {}", resp.status());
+            resp.bytes().await.unwrap().to_vec()
+        })
+}
+
+fn repo_car(pds: &Peer) -> Vec<u8> {
+    get(&format!(
+        "{}/xrpc/com.atproto.sync.getRepo?did={}",
+        pds.service,
+        pds.did_param()
+    ))
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+fn device_did(data: &Path) -> String {
+    json_of(&ok(data, &["device", "ls", "--format", "json"]))["did"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+fn show(data: &Path, chat: &str) -> Value {
+    json_of(&ok(
+        data,
+        &["chat", "show", "--chat", chat, "--format", "json"],
+    ))
+}
+
+fn message<'a>(thread: &'a Value, key: &str) -> &'a Value {
+    thread["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["key"] == key)
+        .unwrap_or_else(|| panic!("no message {key} in {thread}"))
+}
+
+/// An offline store: a device, settings, a chat, a message and a pending
+/// reply to it. Returns (chat, message, pending reply).
+fn offline_store(a: &Path) -> (String, String, String) {
+    ok(a, &["device", "init", "--name", "laptop"]);
+    ok(a, &["settings", "set", "--model", "openai/gpt-test"]);
+    let chat = ok(a, &["chat", "new", "--title", &format!("Plans {MARKER}")]);
+    let msg = ok(
+        a,
+        &["chat", "send", "--chat", &chat, &format!("Hello {MARKER}")],
+    );
+    let reply = ok(a, &["chat", "ask", "--to", &msg]);
+    (chat, msg, reply)
+}
+
+/// Every sealed record in the store of `data` opens on its device for the
+/// DID that device seals for, and every message's `chat` names it.
+fn all_open(data: &Path) -> usize {
+    let device = Device::open(data).unwrap();
+    let did = device.account_did().to_owned();
+    let mut n = 0;
+    for collection in SEALED {
+        let keys: Vec<String> = device
+            .repo()
+            .list(Some(collection))
+            .unwrap()
+            .map(|r| r.unwrap().0)
+            .collect();
+        for key in keys {
+            let rkey = key.split_once('/').unwrap().1;
+            device
+                .open_sealed(collection, rkey)
+                .unwrap_or_else(|e| panic!("{key} does not open for {did}: {e}"));
+            let value = device.repo().get(collection, rkey).unwrap().unwrap().value;
+            if let Some(uri) = value["chat"].as_str() {
+                assert!(uri.starts_with(&format!("at://{did}/")), "{key}: {uri}");
+            }
+            n += 1;
+        }
+    }
+    n
+}
+
+/// A new device paired through the PDS with A; returns its data folder's
+/// join report.
+fn pair_through_pds(a: &Path, b: &Path, pds: &Peer) -> Value {
+    let paired = json_of(&ok(b, &["device", "pair", "--publish", "--format", "json"]));
+    let code = paired["code"].as_str().unwrap().to_owned();
+    sync(b, pds);
+    sync(a, pds);
+    ok(a, &["device", "approve", &code]);
+    sync(a, pds);
+    sync(b, pds);
+    json_of(&ok(b, &["device", "join", "--format", "json"]))
+}
+
+on_both_peers!(
+    an_offline_store_is_resealed_once_before_its_first_push,
+    a_reseal_cut_before_its_commit_is_redone_and_after_it_finished,
+);
+
+fn an_offline_store_is_resealed_once_before_its_first_push(pds: Peer) {
+    let dirs = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let (a, b, c) = (dirs.0.path(), dirs.1.path(), dirs.2.path());
+    let (chat, msg, reply) = offline_store(a);
+    let old_did = device_did(a);
+    assert!(old_did.starts_with("did:key:"), "{old_did}");
+    assert_ne!(old_did, pds.did);
+
+    // C pairs offline, from A's exported CAR (a read-only copy).
+    let code = ok(c, &["device", "pair"]);
+    let c_id = json_of(&ok(a, &["device", "approve", &code, "--format", "json"]))["device"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let car = export(a, c, "before.car");
+    ok(c, &["device", "join", "--from", car.to_str().unwrap()]);
+    let before = show(c, &chat);
+    let opened = all_open(a);
+    assert!(opened >= 4, "chat, settings, message, reply: {opened}");
+
+    // The first sync re-seals, then pushes.
+    let first = sync(a, &pds);
+    let resealed = &first["reseal"]["resealed"];
+    assert_eq!(resealed["from"], old_did.as_str(), "{first}");
+    assert_eq!(resealed["to"], pds.did.as_str(), "{first}");
+    assert_eq!(resealed["sealed"], opened, "{first}");
+    assert_eq!(resealed["changes"], 2, "genesis and C's admission: {first}");
+    assert_eq!(resealed["leftBehind"], serde_json::json!([c_id]), "{first}");
+    assert!(first["push"]["created"].as_u64().unwrap() >= 6, "{first}");
+    assert_eq!(first["pull"]["data_matches"], true, "{first}");
+    assert_eq!(device_did(a), pds.did);
+    assert_eq!(all_open(a), opened);
+
+    // Nothing sealed for (or naming) the did:key reached the PDS; no
+    // plaintext either.
+    let on_pds = repo_car(&pds);
+    assert!(!contains(&on_pds, &old_did), "the did:key reached the PDS");
+    assert!(!contains(&on_pds, MARKER), "plaintext reached the PDS");
+
+    // A reads what it wrote, the pending reply still authenticated.
+    let thread = show(a, &chat);
+    assert_eq!(
+        message(&thread, &msg)["content"]["parts"][0]["text"],
+        format!("Hello {MARKER}").as_str()
+    );
+    assert_eq!(message(&thread, &reply)["status"], "pending");
+    assert_eq!(message(&thread, &reply)["state"], "empty", "{thread}");
+
+    // A second sync re-seals nothing and pushes nothing.
+    let second = sync(a, &pds);
+    assert_eq!(second["reseal"], "notNeeded", "{second}");
+    let p = &second["push"];
+    assert_eq!(
+        (&p["created"], &p["updated"], &p["deleted"]),
+        (&0.into(), &0.into(), &0.into())
+    );
+
+    // B joins through the PDS: the login gave the account's DID, nothing is
+    // guessed, and every record opens for it.
+    let joined = pair_through_pds(a, b, &pds);
+    assert_eq!(joined["did"], pds.did.as_str(), "{joined}");
+    assert_eq!(joined["newlyPaired"], true);
+    assert_eq!(all_open(b), opened);
+    assert_eq!(show(b, &chat), show(a, &chat));
+    assert_eq!(
+        json_of(&ok(b, &["settings", "show", "--format", "json"])),
+        json_of(&ok(a, &["settings", "show", "--format", "json"]))
+    );
+    // B's own writes are sealed for the account too, and A reads them.
+    let more = ok(b, &["chat", "send", "--chat", &chat, "From B"]);
+    sync(b, &pds);
+    sync(a, &pds);
+    assert_eq!(
+        message(&show(a, &chat), &more)["content"]["parts"][0]["text"],
+        "From B"
+    );
+    assert!(!contains(&repo_car(&pds), &old_did));
+
+    // C, paired from a CAR, cannot follow: told so, its copy kept.
+    let car = export(a, c, "after.car");
+    let out = gel(c, &["device", "join", "--from", car.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot follow") && err.contains("Pair this device again"),
+        "{err}"
+    );
+    assert_eq!(show(c, &chat), before);
+
+    // A device paired from a CAR after the link: the export is the local
+    // did:key repository, so the account's DID is given.
+    let d = tempfile::tempdir().unwrap();
+    let d = d.path();
+    let code = ok(d, &["device", "pair"]);
+    ok(a, &["device", "approve", &code]);
+    let car = export(a, d, "linked.car");
+    let out = gel(d, &["device", "join", "--from", car.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("does not open for {old_did}")) && err.contains("--account-did"),
+        "{err}"
+    );
+    let joined = json_of(&ok(
+        d,
+        &[
+            "device",
+            "join",
+            "--from",
+            car.to_str().unwrap(),
+            "--account-did",
+            &pds.did,
+            "--format",
+            "json",
+        ],
+    ));
+    assert_eq!(joined["did"], pds.did.as_str(), "{joined}");
+    assert_eq!(show(d, &chat), show(a, &chat));
+}
+
+fn a_reseal_cut_before_its_commit_is_redone_and_after_it_finished(pds: Peer) {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path();
+
+    // Cut before the commit: the marker is written, the records are not.
+    let (chat, _, _) = offline_store(a);
+    let old_did = device_did(a);
+    let state = read_state(a);
+    let mut cut = state.clone();
+    cut["resealPending"] = serde_json::json!({
+        "accountDid": pds.did,
+        // The head of a log that was never committed.
+        "heads": [gelstore::model::cid_for_cbor(b"never committed").to_string()],
+    });
+    write_state(a, &cut);
+    let head = Repository::open(a).unwrap().head();
+    // Still the did:key store: it opens as before (nothing was committed).
+    assert!(show(a, &chat)["messages"].as_array().unwrap().len() >= 2);
+    assert_eq!(Repository::open(a).unwrap().head(), head);
+    let first = sync(a, &pds);
+    assert_eq!(
+        first["reseal"]["resealed"]["to"],
+        pds.did.as_str(),
+        "{first}"
+    );
+    assert!(read_state(a).get("resealPending").is_none());
+    assert_eq!(first["reseal"]["resealed"]["from"], old_did.as_str());
+    assert!(!contains(&repo_car(&pds), &old_did));
+    assert_eq!(device_did(a), pds.did);
+
+    // Cut after the commit: the records are re-sealed, the state file still
+    // names the did:key and the marker.
+    let c = tempfile::tempdir().unwrap();
+    let c = c.path();
+    let (chat, msg, _) = offline_store(c);
+    let before = read_state(c);
+    {
+        let mut repo = Repository::open(c).unwrap();
+        let out = gelstore::device::reseal::reseal_for_account(
+            c,
+            &mut repo,
+            &pds.did,
+            &BTreeMap::new(),
+            &mut gelstore::seal::os_rng(),
+        )
+        .unwrap();
+        assert!(matches!(
+            out,
+            gelstore::device::reseal::ResealOutcome::Resealed(_)
+        ));
+    }
+    let after = read_state(c);
+    let mut cut = before.clone();
+    cut["resealPending"] = serde_json::json!({
+        "accountDid": pds.did,
+        "heads": after["membershipHeads"],
+    });
+    write_state(c, &cut);
+    // A push now is refused until the re-seal is finished; opening the
+    // device finishes it (the commit is there).
+    let err = gelstore::device::reseal::check_ready(
+        c,
+        &Repository::open(c).unwrap(),
+        &pds.did,
+        &BTreeMap::new(),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("not yet sealed for the account"),
+        "{err}"
+    );
+    assert_eq!(
+        message(&show(c, &chat), &msg)["content"]["parts"][0]["text"],
+        format!("Hello {MARKER}").as_str()
+    );
+    assert_eq!(read_state(c), after);
+    assert_eq!(device_did(c), pds.did);
+
+    // A store still sealed for its did:key is refused a push by the check
+    // itself, whatever calls it.
+    let d = tempfile::tempdir().unwrap();
+    offline_store(d.path());
+    let err = gelstore::device::reseal::check_ready(
+        d.path(),
+        &Repository::open(d.path()).unwrap(),
+        &pds.did,
+        &BTreeMap::new(),
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("nothing is pushed"), "{err}");
+}
+
+fn read_state(data: &Path) -> Value {
+    json_of(&std::fs::read_to_string(data.join("device.json")).unwrap())
+}
+
+fn write_state(data: &Path, state: &Value) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = data.join("device.json");
+    std::fs::write(&path, serde_json::to_string_pretty(state).unwrap()).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+fn export(data: &Path, beside: &Path, name: &str) -> PathBuf {
+    let car = beside.parent().unwrap().join(format!(
+        "{}-{name}",
+        beside.file_name().unwrap().to_string_lossy()
+    ));
+    ok(data, &["repo", "export", "--out", car.to_str().unwrap()]);
+    car
+}
