@@ -223,7 +223,10 @@ fn parse_key_id(key_id: &str) -> Option<KeyKind> {
 struct ChatEntry {
     key: ChatKey,
     chat: String,
-    epoch: u64,
+    /// The keyId of the account key it is wrapped to: a chat key is reused
+    /// only under that key (two keys of one epoch can be held, one of them
+    /// made by a device another change removed).
+    account: String,
 }
 
 /// The key records a keyring is built from and that its operations make:
@@ -534,6 +537,7 @@ impl Keyring {
 
         let wraps = &records.wraps;
         let mut done = vec![false; wraps.len()];
+        let mut retry: Vec<Option<SealError>> = vec![None; wraps.len()];
         loop {
             let mut progress = false;
             for (i, wrap) in wraps.iter().enumerate() {
@@ -543,6 +547,7 @@ impl Keyring {
                 match self.try_absorb(wrap, &mut report) {
                     Step::Done => {
                         done[i] = true;
+                        retry[i] = None;
                         progress = true;
                     }
                     Step::Rejected(e) => {
@@ -551,10 +556,16 @@ impl Keyring {
                     }
                     Step::Ignored => done[i] = true,
                     Step::Later => {}
+                    Step::Retry(e) => retry[i] = Some(e),
                 }
             }
             if !progress {
                 break;
+            }
+        }
+        for (i, e) in retry.into_iter().enumerate() {
+            if let (false, Some(e)) = (done[i], e) {
+                report.rejected.push((wraps[i].key_id.clone(), e));
             }
         }
         report
@@ -624,7 +635,10 @@ impl Keyring {
                         Err(e) => error = Some(e),
                     }
                 }
-                Step::Rejected(error.expect("at least one previous key was tried"))
+                // The key of the epoch before that it was made with may
+                // still come (another wrap in this batch): try again, and
+                // report it only if nothing else opens it.
+                Step::Retry(error.expect("at least one previous key was tried"))
             }
             (Recipient::Device { .. }, _) => Step::Ignored,
             (Recipient::Account { key_id, epoch }, kind) => {
@@ -664,13 +678,13 @@ impl Keyring {
                         }
                         step
                     }
-                    KeyKind::Chat { chat, epoch } => {
+                    KeyKind::Chat { chat, .. } => {
                         self.chat_keys.insert(
                             wrap.key_id.clone(),
                             ChatEntry {
                                 key: ChatKey::new(wrap.key_id.clone(), *secret),
                                 chat,
-                                epoch,
+                                account: key_id.clone(),
                             },
                         );
                         report.chat_keys += 1;
@@ -1059,7 +1073,7 @@ impl Keyring {
         if let Some(entry) = self
             .chat_keys
             .values()
-            .find(|e| e.chat == chat && e.epoch == account.epoch)
+            .find(|e| e.chat == chat && e.account == account.key_id)
         {
             return Ok((entry.key.clone(), None));
         }
@@ -1090,7 +1104,7 @@ impl Keyring {
             ChatEntry {
                 key: key.clone(),
                 chat: chat.to_string(),
-                epoch: account.epoch,
+                account: account.key_id.clone(),
             },
         );
         Ok((key, Some(wrap)))
@@ -1371,6 +1385,9 @@ enum Step {
     Rejected(SealError),
     Ignored,
     Later,
+    /// Did not open with the keys held now: try again after others;
+    /// rejected with this error if it never does.
+    Retry(SealError),
 }
 
 fn new_account_key(epoch: u64, rng: &mut impl CryptoRng) -> AccountKey {

@@ -743,14 +743,18 @@ fn check_change(log: &Log, g: &SignedChange) -> Result<()> {
     let Some(me) = c.roster.get(&c.signer) else {
         return fail(format!("its signer {:?} is not in its roster", c.signer));
     };
-    if let Some(p) = parents.iter().find(|p| p.roster.get(&c.signer) != Some(me)) {
+    // The signer answers to what the changes it follows settle on: their
+    // roster, or during a fork the devices every side kept (so a device
+    // one side of two concurrent admissions let in may sign next).
+    let standing = log.standing_after(&prev);
+    if standing.roster().get(&c.signer) != Some(me) {
         return fail(format!(
-            "its signer {:?} is not admitted, with these keys, by the change at epoch {} it follows",
-            c.signer, p.epoch
+            "its signer {:?} is not admitted, with these keys, after the changes it follows (epoch {})",
+            c.signer,
+            standing.epoch()
         ));
     }
     g.check_signature(&log.did, &c.roster)?;
-    let standing = log.standing_after(&prev);
     let union = union_of(parents.iter().map(|p| &p.roster)).unwrap_or_default();
     match &standing {
         Standing::Settled {
