@@ -302,7 +302,7 @@ fn latency(rt: &tokio::runtime::Runtime, n: usize) {
         for e in events.drain(..) {
             if let AssistantEvent::TextDelta { .. } = &e {
                 seq += 1;
-                let frame = e.to_frame(seq, run.model());
+                let frame = e.to_frame(seq);
                 let bytes = serde_ipld_dagcbor::to_vec(&frame).unwrap();
                 std::hint::black_box(bytes);
                 got.push(Instant::now());

@@ -20,8 +20,7 @@ use gelstore::agent::{Agent, AgentOptions, EventSink, McpServers, ToolHost};
 use gelstore::chat::settings::UserSettings;
 use gelstore::chat::{AssistantEvent, Attempt, ChatStore, Finished};
 use gelstore::lexicon::chat::gel::assistant::defs::{
-    ModelRef, PlainContentPartsItem, ToolApprovalPart, ToolApprovalPartDecision,
-    ToolCallPartApproval,
+    PlainContentPartsItem, ToolApprovalPart, ToolApprovalPartDecision, ToolCallPartApproval,
 };
 use gelstore::lexicon::chat::gel::assistant::message::{MessageStatus, MessageStopReason};
 use gelstore::lexicon::chat::gel::assistant::subscribe_reply::{ErrorCode, ToolResultOutcome};
@@ -64,7 +63,7 @@ fn env_for(mock: &MockProvider) -> gelstore::agent::Env {
 struct Collect(Vec<AssistantEvent>);
 
 impl EventSink for Collect {
-    fn publish(&mut self, event: &AssistantEvent, _model: Option<&ModelRef>) {
+    fn publish(&mut self, event: &AssistantEvent) {
         self.0.push(event.clone());
     }
 }

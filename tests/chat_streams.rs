@@ -171,7 +171,7 @@ fn check_invariants(name: &str, f: &Finished) {
     }
 
     for (seq, e) in f.events.iter().enumerate() {
-        e.to_frame(seq as i64, r.model.as_ref())
+        e.to_frame(seq as i64)
             .validate()
             .unwrap_or_else(|err| panic!("{name}: frame {seq}: {err}"));
     }

@@ -42,9 +42,7 @@ use crate::chat::{
     ApprovalPolicy, AssistantEvent, AssistantMessageEvent, ChatRecord, End, Finished, StreamLine,
     ToolRun,
 };
-use crate::lexicon::chat::gel::assistant::defs::{
-    GenerationRequest, ModelRef, PlainContentPartsItem,
-};
+use crate::lexicon::chat::gel::assistant::defs::{GenerationRequest, PlainContentPartsItem};
 use crate::lexicon::chat::gel::assistant::message::{MessageRole, MessageStopReason};
 use crate::lexicon::chat::gel::assistant::subscribe_reply::{Confirmation, ErrorCode};
 use crate::provider::http::ProviderClient;
@@ -114,11 +112,11 @@ pub struct Job<'a> {
     pub policy: Arc<dyn ApprovalPolicy + Send + Sync>,
 }
 
-/// Where events go as they are made, with the model that answers (a
-/// trait rather than a closure: a higher-ranked closure held across an
-/// await makes the server's run futures fail the `Send` check).
+/// Where events go as they are made (a trait rather than a closure: a
+/// higher-ranked closure held across an await makes the server's run
+/// futures fail the `Send` check).
 pub trait EventSink: Send {
-    fn publish(&mut self, event: &AssistantEvent, model: Option<&ModelRef>);
+    fn publish(&mut self, event: &AssistantEvent);
 }
 
 /// See [`EventSink`].
@@ -209,7 +207,7 @@ impl Agent {
             Err(e) => return fail_now(ErrorCode::Internal, e.to_string()),
         };
         for e in &first {
-            publish.publish(e, None);
+            publish.publish(e);
         }
         let client = match self.client(&job.model.provider) {
             Ok(c) => c,
@@ -275,7 +273,7 @@ impl Agent {
                     &mut events,
                 );
                 for e in events.drain(..) {
-                    publish.publish(&e, run.model());
+                    publish.publish(&e);
                 }
             }
             if run.reply().has_gated_calls() {
@@ -318,14 +316,14 @@ impl Agent {
             Output::Line(line) => {
                 run.apply(ids.unique(line), events);
                 for e in events.drain(..) {
-                    publish.publish(&e, run.model());
+                    publish.publish(&e);
                 }
             }
             Output::End { stop_reason, usage } => {
                 stop = Some(stop_reason.clone());
                 run.apply(StreamLine::TurnEnd { stop_reason, usage }, events);
                 for e in events.drain(..) {
-                    publish.publish(&e, run.model());
+                    publish.publish(&e);
                 }
             }
         };

@@ -469,6 +469,16 @@ pub fn repeat_parts(settled: &[Settled]) -> Result<Vec<PlainContentPartsItem>, O
     Ok(parts)
 }
 
+/// A run's outcome as a result part keeps it (the two lexicons name the
+/// same values).
+pub fn stored_outcome(
+    outcome: &crate::lexicon::chat::gel::assistant::subscribe_reply::ToolResultOutcome,
+) -> crate::lexicon::chat::gel::assistant::defs::ToolResultPartOutcome {
+    use crate::lexicon::chat::gel::assistant::defs::ToolResultPartOutcome as Stored;
+    use crate::lexicon::support::StringEnum;
+    Stored::from_string(outcome.as_str().to_owned()).unwrap_or_else(Stored::Other)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -632,14 +642,4 @@ mod tests {
             Err(ApprovalError::PendingUnknown(_))
         ));
     }
-}
-
-/// A run's outcome as a result part keeps it (the two lexicons name the
-/// same values).
-pub fn stored_outcome(
-    outcome: &crate::lexicon::chat::gel::assistant::subscribe_reply::ToolResultOutcome,
-) -> crate::lexicon::chat::gel::assistant::defs::ToolResultPartOutcome {
-    use crate::lexicon::chat::gel::assistant::defs::ToolResultPartOutcome as Stored;
-    use crate::lexicon::support::StringEnum;
-    Stored::from_string(outcome.as_str().to_owned()).unwrap_or_else(Stored::Other)
 }

@@ -24,7 +24,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::lexicon::chat::gel::assistant::defs::ModelRef;
 use crate::lexicon::chat::gel::assistant::subscribe_reply::{
     self as sub, Confirmation, DoneReason, ErrorCode, SubscribeReplyMessage, ToolResultDecision,
     ToolResultOutcome,
@@ -113,12 +112,12 @@ impl AssistantEvent {
     }
 
     /// The `chat.gel.assistant.subscribeReply` message for this event, with
-    /// sequence number `seq`. `model` fills `#message.model` (seed 000 has
-    /// only the model's id). Tool `args` that are not a valid lexicon
+    /// sequence number `seq`: the same fields as [`AssistantEvent::to_json_line`]
+    /// (`#message.model` is the model's id, as seed 000 has it). Tool `args` that are not a valid lexicon
     /// `unknown` (non-integer numbers, which the atproto data model cannot
     /// hold; objects that read as bytes, links, blobs or a known `$type`
     /// they do not match) go as JSON text in `argsJson` instead.
-    pub fn to_frame(&self, seq: i64, model: Option<&ModelRef>) -> SubscribeReplyMessage {
+    pub fn to_frame(&self, seq: i64) -> SubscribeReplyMessage {
         let extra = Default::default;
         match self.clone() {
             AssistantEvent::TextDelta { message_id, text } => {
@@ -130,12 +129,14 @@ impl AssistantEvent {
                 })
             }
             AssistantEvent::Message {
-                message_id, text, ..
+                message_id,
+                text,
+                model,
             } => SubscribeReplyMessage::Message(sub::Message {
                 seq,
                 message_id,
                 text,
-                model: model.cloned(),
+                model,
                 extra: extra(),
             }),
             AssistantEvent::ToolCall {
@@ -235,7 +236,7 @@ mod tests {
             label: None,
         };
         let SubscribeReplyMessage::ToolCall(f) =
-            call(json!({"a": 2.5, "b": [1, 0.125]})).to_frame(3, None)
+            call(json!({"a": 2.5, "b": [1, 0.125]})).to_frame(3)
         else {
             panic!("a toolCall frame")
         };
@@ -249,8 +250,7 @@ mod tests {
             .validate()
             .unwrap();
         // Integers and strings go as data, with no text beside them.
-        let SubscribeReplyMessage::ToolCall(f) = call(json!({"a": 2, "q": "x"})).to_frame(4, None)
-        else {
+        let SubscribeReplyMessage::ToolCall(f) = call(json!({"a": 2, "q": "x"})).to_frame(4) else {
             panic!("a toolCall frame")
         };
         assert!(f.args.is_some() && f.args_json.is_none());
@@ -306,7 +306,7 @@ mod tests {
             },
         ];
         for (i, e) in events.iter().enumerate() {
-            let f = e.to_frame(i as i64, None);
+            let f = e.to_frame(i as i64);
             f.validate().unwrap();
             if let SubscribeReplyMessage::ToolCall(c) = &f {
                 assert!(c.args.is_none(), "not a valid unknown: {c:?}");

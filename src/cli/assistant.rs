@@ -102,11 +102,7 @@ pub(super) fn reply_here(
 struct Printer;
 
 impl crate::agent::EventSink for Printer {
-    fn publish(
-        &mut self,
-        event: &AssistantEvent,
-        _model: Option<&crate::lexicon::chat::gel::assistant::defs::ModelRef>,
-    ) {
+    fn publish(&mut self, event: &AssistantEvent) {
         super::say(event.to_json_line())
     }
 }

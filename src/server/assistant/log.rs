@@ -14,15 +14,14 @@ use ipld_core::ipld::Ipld;
 use tokio::sync::watch;
 
 use crate::chat::AssistantEvent;
-use crate::lexicon::chat::gel::assistant::defs::ModelRef;
 use crate::model::encode_dag_cbor;
 use crate::repo::events::error_frame;
 
 /// `event` as a binary `subscribeReply` message with sequence number
 /// `seq`: the header `{op: 1, t: "#name"}` then the body (the event
 /// without `$type`), both DAG-CBOR.
-pub fn event_frame(event: &AssistantEvent, seq: u64, model: Option<&ModelRef>) -> Vec<u8> {
-    let message = event.to_frame(i64::try_from(seq).unwrap_or(i64::MAX), model);
+pub fn event_frame(event: &AssistantEvent, seq: u64) -> Vec<u8> {
+    let message = event.to_frame(i64::try_from(seq).unwrap_or(i64::MAX));
     let name = message.type_id().rsplit('#').next().unwrap_or_default();
     let header = Ipld::Map(
         [

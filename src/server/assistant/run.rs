@@ -42,7 +42,6 @@ use crate::agent::inputs::{HostChoices, Inputs};
 use crate::chat::approval::{Decision, Resolution};
 use crate::chat::store::{LineRun, PendingReply, begin_reply, settle_answer};
 use crate::chat::{AssistantEvent, ChatStoreError, FinishedReply, ReplyKey, StreamLine, ToolRun};
-use crate::lexicon::chat::gel::assistant::defs::ModelRef;
 use crate::lexicon::chat::gel::assistant::message::{MessageStatus, MessageStopReason};
 use crate::lexicon::chat::gel::assistant::subscribe_reply::{DoneReason, ErrorCode};
 use crate::server::state::AppState;
@@ -95,7 +94,7 @@ pub(super) async fn run_reply(
         return;
     };
     let mut out = Publisher { log };
-    let (finished, end_events, model) = generate(&assistant, &prepared, &mut out).await;
+    let (finished, end_events) = generate(&assistant, &prepared, &mut out).await;
     conclude(
         state,
         assistant,
@@ -104,7 +103,6 @@ pub(super) async fn run_reply(
         prepared.pending,
         finished,
         end_events,
-        model,
     )
     .await;
 }
@@ -178,7 +176,6 @@ async fn run_with_agent(
             run.end()
         }
     };
-    let model = finished.reply.model.clone();
     conclude(
         state,
         assistant,
@@ -187,7 +184,6 @@ async fn run_with_agent(
         pending,
         finished.reply,
         finished.events,
-        model,
     )
     .await;
 }
@@ -202,7 +198,6 @@ async fn conclude(
     pending: PendingReply,
     finished: FinishedReply,
     end_events: Vec<AssistantEvent>,
-    model: Option<ModelRef>,
 ) {
     let interrupted = AssistantEvent::Done {
         reason: DoneReason::Interrupted,
@@ -232,7 +227,7 @@ async fn conclude(
         }
     };
     for e in &ending {
-        out.publish(e, model.as_ref());
+        out.publish(e);
     }
     out.log.end();
     if kept {
@@ -352,9 +347,9 @@ struct Publisher {
 }
 
 impl crate::agent::EventSink for Publisher {
-    fn publish(&mut self, event: &AssistantEvent, model: Option<&ModelRef>) {
+    fn publish(&mut self, event: &AssistantEvent) {
         let seq = self.log.next_seq();
-        self.log.push(event_frame(event, seq, model));
+        self.log.push(event_frame(event, seq));
     }
 }
 
@@ -384,11 +379,11 @@ async fn generate(
     assistant: &Assistant,
     prepared: &Prepared,
     out: &mut Publisher,
-) -> (FinishedReply, Vec<AssistantEvent>, Option<ModelRef>) {
+) -> (FinishedReply, Vec<AssistantEvent>) {
     let policy = assistant.policy.clone();
     let fail_now = |reason: &str| {
         let f = failed_run(&prepared.pending, policy.clone(), reason).end();
-        (f.reply, f.events, None)
+        (f.reply, f.events)
     };
     let Runner::Command(script) = &assistant.runner else {
         return fail_now("the assistant has no model command");
@@ -444,7 +439,7 @@ async fn generate(
         Err(e) => return fail_now(&e.to_string()),
     };
     for e in &first {
-        out.publish(e, None);
+        out.publish(e);
     }
     let mut events = Vec::new();
     let mut eof = false;
@@ -463,7 +458,7 @@ async fn generate(
             Ok(Err(e)) => run.cut_by(e),
         }
         for e in events.drain(..) {
-            out.publish(&e, run.model());
+            out.publish(&e);
         }
     }
     // At EOF without an end, the exit status tells a crash from a cut.
@@ -484,12 +479,12 @@ async fn generate(
         });
         run.feed(&line.to_string(), &mut events);
         for e in events.drain(..) {
-            out.publish(&e, run.model());
+            out.publish(&e);
         }
     }
-    let model = run.model().cloned();
+
     let f = run.end();
-    (f.reply, f.events, model)
+    (f.reply, f.events)
 }
 
 /// How long a command that closed its output may take to exit.

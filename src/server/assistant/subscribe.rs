@@ -166,7 +166,7 @@ async fn stream(
                 let frames = events
                     .iter()
                     .enumerate()
-                    .map(|(i, e)| event_frame(e, i as u64 + 1, record.model.as_ref()))
+                    .map(|(i, e)| event_frame(e, i as u64 + 1))
                     .collect();
                 Ok(Stored::Ended(frames))
             })

@@ -239,10 +239,10 @@ pub struct Message {
     pub seq: i64,
     pub message_id: String,
     pub text: String,
-    /// The model that actually wrote it.
+    /// The id of the model that actually wrote it, as the provider's API names it (the CLI's events and the record's model.id say the same).
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub model: Option<crate::lexicon::chat::gel::assistant::defs::ModelRef>,
+    pub model: Option<String>,
     /// Fields this version of the lexicon does not declare, kept as they are.
     #[serde(flatten)]
     pub extra: support::Extra,
@@ -258,7 +258,7 @@ impl support::Validate for Message {
         support::max_length(self.text.as_str(), 500000, &p, errors);
         if let Some(v) = &self.model {
             let p = path.key("model");
-            v.validate_at(&p, errors);
+            support::max_length(v.as_str(), 256, &p, errors);
         }
         support::extra(&self.extra, path, errors);
     }
