@@ -167,6 +167,17 @@ fn pair(a: &Path, data: &Path, name: &str, peer: &Peer) -> String {
     paired["device"].as_str().unwrap().to_owned()
 }
 
+/// A device's status in a `device ls --format json` listing.
+fn status_in(ls: &Value, id: &str) -> String {
+    ls["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["id"] == id)
+        .map(|d| d["status"].as_str().unwrap().to_owned())
+        .unwrap_or_else(|| panic!("{id} not listed: {ls}"))
+}
+
 fn epoch(data: &Path) -> u64 {
     json_of(&ok(data, &["device", "ls", "--format", "json"]))["epoch"]
         .as_u64()
@@ -520,15 +531,7 @@ fn a_removed_device_forging_a_change_from_before_its_removal_changes_nothing(pee
         let ls = json_of(&ok(device, &["device", "ls", "--format", "json"]));
         assert!(ls["fork"].is_null(), "{ls}");
         assert_eq!(ls["epoch"], 1, "{ls}");
-        let status = |id: &str| {
-            ls["devices"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|d| d["id"] == id)
-                .map(|d| d["status"].as_str().unwrap().to_owned())
-                .unwrap()
-        };
+        let status = |id: &str| status_in(&ls, id);
         assert_eq!(status(&b_id), "admitted", "{ls}");
         assert_eq!(status(&tablet_id), "removed", "{ls}");
     }
@@ -634,15 +637,7 @@ fn planted_records_change_nothing_a_user_sees(peer: Peer) {
     sync(b, &peer);
     ok(b, &["device", "join"]);
     let ls = json_of(&ok(a, &["device", "ls", "--format", "json"]));
-    let status = |id: &str| {
-        ls["devices"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["id"] == id)
-            .map(|d| d["status"].as_str().unwrap().to_owned())
-            .unwrap()
-    };
+    let status = |id: &str| status_in(&ls, id);
     assert_eq!(
         status(paired["device"].as_str().unwrap()),
         "admitted",

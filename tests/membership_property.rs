@@ -437,21 +437,47 @@ impl World {
         };
         let target = others[i].clone();
         let mut ring = ring.clone();
-        *stats.ops.entry("remove").or_default() += 1;
-        match ring.remove_device(&target, &mut self.rng) {
+        let result = ring.remove_device(&target, &mut self.rng);
+        self.land(
+            stats,
+            a,
+            ring,
+            result,
+            "remove",
+            &format!("removes {target}"),
+        );
+    }
+
+    /// Takes in the outcome of membership operation `op` on device `a`'s
+    /// copy of its keyring: on success the device keeps it (and the heads)
+    /// and publishes the records; a refusal is counted.
+    fn land(
+        &mut self,
+        stats: &mut Stats,
+        a: usize,
+        ring: Keyring,
+        result: Result<KeySet, SealError>,
+        op: &'static str,
+        what: &str,
+    ) -> bool {
+        *stats.ops.entry(op).or_default() += 1;
+        match result {
             Ok(set) => {
                 trace(format!(
-                    "{} removes {target} (epoch {})",
+                    "{} {what} (epoch {}, {:?})",
                     self.devs[a].id,
-                    ring.account_epoch()
+                    ring.account_epoch(),
+                    ring.devices().keys().collect::<Vec<_>>()
                 ));
                 self.devs[a].known = ring.heads();
                 self.devs[a].ring = Some(ring);
                 self.publish(a, set);
+                true
             }
             Err(e) => {
-                trace(format!("{} cannot remove {target}: {e}", self.devs[a].id));
-                self.refusal(stats, "remove", &e);
+                trace(format!("{} cannot: {what}: {e}", self.devs[a].id));
+                self.refusal(stats, op, &e);
+                false
             }
         }
     }
@@ -461,23 +487,8 @@ impl World {
             return;
         };
         let mut ring = self.devs[a].ring.clone().unwrap();
-        *stats.ops.entry("rotate").or_default() += 1;
-        match ring.rotate_account_key(&mut self.rng) {
-            Ok(set) => {
-                trace(format!(
-                    "{} rotates (epoch {})",
-                    self.devs[a].id,
-                    ring.account_epoch()
-                ));
-                self.devs[a].known = ring.heads();
-                self.devs[a].ring = Some(ring);
-                self.publish(a, set);
-            }
-            Err(e) => {
-                trace(format!("{} cannot rotate: {e}", self.devs[a].id));
-                self.refusal(stats, "rotate", &e);
-            }
-        }
+        let result = ring.rotate_account_key(&mut self.rng);
+        self.land(stats, a, ring, result, "rotate", "rotates");
     }
 
     fn resolve(&mut self, stats: &mut Stats) {
@@ -500,26 +511,8 @@ impl World {
 
     fn resolve_on(&mut self, a: usize, stats: &mut Stats) -> bool {
         let mut ring = self.devs[a].ring.clone().unwrap();
-        *stats.ops.entry("resolve").or_default() += 1;
-        match ring.resolve_fork(&mut self.rng) {
-            Ok(set) => {
-                trace(format!(
-                    "{} resolves the fork (epoch {}, {:?})",
-                    self.devs[a].id,
-                    ring.account_epoch(),
-                    ring.devices().keys().collect::<Vec<_>>()
-                ));
-                self.devs[a].known = ring.heads();
-                self.devs[a].ring = Some(ring);
-                self.publish(a, set);
-                true
-            }
-            Err(e) => {
-                trace(format!("{} cannot resolve: {e}", self.devs[a].id));
-                self.refusal(stats, "resolve", &e);
-                false
-            }
-        }
+        let result = ring.resolve_fork(&mut self.rng);
+        self.land(stats, a, ring, result, "resolve", "resolves the fork")
     }
 
     fn seal(&mut self, stats: &mut Stats) {
