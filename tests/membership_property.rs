@@ -843,7 +843,7 @@ impl World {
             .map(|d| (d.id.as_str(), d.ring.as_ref().unwrap()))
             .collect();
         let (first_id, first) = rings[0];
-        let standing = first.log().standing();
+        let standing = first.log().standing().clone();
         for (id, ring) in &rings {
             if ring.heads() != first.heads() {
                 self.fail(format!(
@@ -852,7 +852,7 @@ impl World {
                     first.heads()
                 ));
             }
-            if ring.log().standing() != standing {
+            if *ring.log().standing() != standing {
                 self.fail(format!("{id} and {first_id} stand differently"));
             }
         }
@@ -985,7 +985,8 @@ impl World {
         }
         // A last key per chat from an admitted device reaches every admitted
         // device and no other.
-        let Standing::Settled { roster, .. } = self.devs[0].ring.as_ref().unwrap().log().standing()
+        let Standing::Settled { roster, .. } =
+            self.devs[0].ring.as_ref().unwrap().log().standing().clone()
         else {
             unreachable!()
         };

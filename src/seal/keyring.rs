@@ -724,19 +724,22 @@ impl Keyring {
                     != Some(self.device.public_key())
                 {
                     return Err(SealError::NotAdmitted {
-                        epoch,
+                        epoch: *epoch,
                         removed: self.log.removed(&self.device_id),
                     });
                 }
-                self.held(&key_id)
-                    .ok_or(SealError::AccountKeyPending { key_id, epoch })
+                self.held(key_id)
+                    .ok_or_else(|| SealError::AccountKeyPending {
+                        key_id: key_id.clone(),
+                        epoch: *epoch,
+                    })
             }
             Standing::Forked {
                 epoch, left_out, ..
             } => Err(SealError::MembershipFork {
-                epoch,
+                epoch: *epoch,
                 next: epoch + 1,
-                left_out,
+                left_out: left_out.clone(),
             }),
         }
     }
@@ -822,9 +825,9 @@ impl Keyring {
                 left_out,
                 ..
             } => Some(Fork {
-                epoch,
-                key_ids,
-                left_out,
+                epoch: *epoch,
+                key_ids: key_ids.clone(),
+                left_out: left_out.clone(),
             }),
         }
     }
@@ -897,9 +900,10 @@ impl Keyring {
         rng: &mut impl CryptoRng,
     ) -> Result<KeySet> {
         let account = self.sealing_account()?.clone();
-        let Standing::Settled { mut roster, .. } = self.log.standing() else {
+        let Standing::Settled { roster, .. } = self.log.standing() else {
             unreachable!("sealing_account refuses a fork");
         };
+        let mut roster = roster.clone();
         if let Some(known) = roster.get(device_id)
             && known.public_key != code.public_key
         {

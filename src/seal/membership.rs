@@ -324,6 +324,20 @@ pub struct Log {
     heads: BTreeSet<Cid>,
     /// Changes refused, with why.
     refused: Vec<String>,
+    /// The standing after `heads`, kept as they move: every seal asks.
+    standing: Standing,
+}
+
+impl Default for Standing {
+    /// What an empty log settles: nothing.
+    fn default() -> Standing {
+        Standing::Forked {
+            epoch: 0,
+            key_ids: Vec::new(),
+            kept: Roster::new(),
+            left_out: Vec::new(),
+        }
+    }
 }
 
 impl Log {
@@ -336,6 +350,7 @@ impl Log {
         };
         log.heads.insert(genesis.cid);
         log.verified.insert(genesis.cid, genesis);
+        log.standing = log.standing_after(&log.heads);
         Ok(log)
     }
 
@@ -450,12 +465,13 @@ impl Log {
         }
         self.heads.insert(c.cid);
         self.verified.insert(c.cid, c);
+        self.standing = self.standing_after(&self.heads);
         Ok(())
     }
 
     /// The standing after every verified change.
-    pub fn standing(&self) -> Standing {
-        self.standing_after(&self.heads)
+    pub fn standing(&self) -> &Standing {
+        &self.standing
     }
 
     /// The verified changes no verified change follows, in CID order.

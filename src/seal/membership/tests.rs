@@ -90,7 +90,7 @@ fn a_log_of_admissions_and_a_removal_verifies_from_its_records() {
             roster,
             ..
         } => {
-            assert_eq!((epoch, key_id.as_str()), (1, "account:1:00"));
+            assert_eq!((*epoch, key_id.as_str()), (1, "account:1:00"));
             assert_eq!(roster.keys().collect::<Vec<_>>(), ["a", "b"]);
         }
         other => panic!("{other:?}"),
@@ -278,9 +278,9 @@ fn forks_settle_on_a_removal_or_wait_for_a_rotation_to_what_all_kept() {
     else {
         panic!("{:?}", log.standing());
     };
-    assert_eq!(epoch, 1);
+    assert_eq!(*epoch, 1);
     assert_eq!(kept.keys().collect::<Vec<_>>(), ["a", "b"]);
-    assert_eq!(left_out, ["c", "d"]);
+    assert_eq!(*left_out, ["c", "d"]);
     // An admission cannot follow a fork; a rotation to more than what both
     // kept is refused; one to what both kept resolves it.
     let admit = change(1, "account:1:aa", &[&by_a, &by_b], &[&a, &b, &d], &a);
