@@ -451,6 +451,9 @@ pub fn repeat_parts(settled: &[Settled]) -> Result<Vec<PlainContentPartsItem>, O
         }
         let mut call = s.call.clone();
         call.approval = Some(s.decision.approval());
+        // Decided: no longer a pending action.
+        call.pending_id = None;
+        call.confirmation = None;
         parts.push(PlainContentPartsItem::ToolCallPart(call));
         parts.push(PlainContentPartsItem::ToolResultPart(ToolResultPart {
             call_id: s.call.call_id.clone(),

@@ -288,14 +288,15 @@ impl Reply {
                 pos: 2 * i,
                 call_id: s.call.call_id.clone(),
                 name: s.call.name.clone(),
-                label: None,
+                // The label the waiting reply showed, kept with the call.
+                label: s.call.label.clone(),
                 gate: None,
                 has_result: true,
             });
             events.push(AssistantEvent::ToolResult {
                 call_id: s.call.call_id.clone(),
                 tool: Some(s.call.name.clone()),
-                label: None,
+                label: s.call.label.clone(),
                 outcome: s.run.outcome.clone(),
                 elapsed_ms: s.run.elapsed_ms,
                 decision: Some(s.decision.event_decision()),
