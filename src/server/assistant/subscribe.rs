@@ -11,9 +11,10 @@
 //! - A reply still `pending` that no run here has claimed: wait until one
 //!   is claimed or the record changes (another device filled it).
 //!
-//! - A pending reply whose authenticator is missing or does not open: no
-//!   device of the account wrote it and nothing will run it, so the socket
-//!   closes with `ReplyTampered` rather than wait forever.
+//! - A pending reply no host would run (`ChatStore::pending_reply` refuses
+//!   it: its authenticator is missing or does not open, or it was finished
+//!   before and put back): the socket closes with `ReplyTampered` rather
+//!   than wait forever.
 //!
 //! `ReplyNotFound`, `FutureCursor` and `ReplyTampered` are error frames
 //! (the socket then closes), as `subscribeRepos` sends its errors; a server
@@ -137,22 +138,19 @@ async fn stream(
                 if record.status
                     == crate::lexicon::chat::gel::assistant::message::MessageStatus::Pending
                 {
-                    use crate::chat::store::ContentState;
-                    let state = match core.chats()? {
-                        Some(chats) => chats
-                            .content_state(&reply.to_string())
-                            .map_err(XrpcError::internal)?,
-                        None => ContentState::Empty,
+                    // What a host asks before it runs one: a reply it
+                    // would refuse is never run, so nothing will come.
+                    let refused = match core.chats()? {
+                        Some(chats) => match chats.pending_reply(&reply) {
+                            Err(
+                                e @ (crate::chat::ChatStoreError::UnauthenticatedReply { .. }
+                                | crate::chat::ChatStoreError::ReplayedReply { .. }),
+                            ) => Some(e.to_string()),
+                            _ => None,
+                        },
+                        None => None,
                     };
-                    return Ok(match state {
-                        ContentState::Unauthenticated => {
-                            Stored::Tampered("the pending reply has no authenticator".into())
-                        }
-                        ContentState::Unreadable(why) => Stored::Tampered(format!(
-                            "the pending reply's authenticator does not open: {why}"
-                        )),
-                        _ => Stored::Pending,
-                    });
+                    return Ok(refused.map_or(Stored::Pending, Stored::Tampered));
                 }
                 let content = match core.chats()? {
                     Some(chats) => chats
