@@ -176,16 +176,20 @@ impl ContentState {
     /// `None` when only opening it can tell.
     pub fn from_shape(record: &Value) -> Option<ContentState> {
         let has = |f: &str| record.get(f).is_some();
-        if has("content") || has(crate::seal::AUTHENTICATOR_FIELD) {
-            return None;
-        }
         let pending = record.get("status").and_then(Value::as_str) == Some("pending")
             && record.get("role").and_then(Value::as_str) != Some("user");
-        Some(if pending {
-            ContentState::Unauthenticated
-        } else {
-            ContentState::Missing
-        })
+        match (
+            has("content"),
+            has(crate::seal::AUTHENTICATOR_FIELD),
+            pending,
+        ) {
+            (true, _, _) => None,
+            // Only a pending reply goes without content, authenticated.
+            (false, true, true) => None,
+            (false, true, false) => Some(ContentState::Missing),
+            (false, false, true) => Some(ContentState::Unauthenticated),
+            (false, false, false) => Some(ContentState::Missing),
+        }
     }
 }
 
@@ -1420,5 +1424,36 @@ impl LineRun {
     /// events are the ones the end makes.
     pub fn end(self) -> Finished {
         self.reply.finish(self.end.unwrap_or(End::Cut))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ContentState;
+    use serde_json::json;
+
+    /// What a keyless reader tells from a message's shape agrees with
+    /// `open_content`: only a pending reply may go with an authenticator
+    /// and no content.
+    #[test]
+    fn shapes_a_keyless_reader_can_tell() {
+        let shape = |role: &str, status: &str, fields: &[&str]| {
+            let mut v = json!({"role": role, "status": status});
+            for f in fields {
+                v[*f] = json!({});
+            }
+            ContentState::from_shape(&v)
+        };
+        assert_eq!(shape("assistant", "complete", &["content"]), None);
+        assert_eq!(shape("assistant", "pending", &["authenticator"]), None);
+        assert_eq!(
+            shape("assistant", "complete", &["authenticator"]),
+            Some(ContentState::Missing)
+        );
+        assert_eq!(
+            shape("assistant", "pending", &[]),
+            Some(ContentState::Unauthenticated)
+        );
+        assert_eq!(shape("user", "complete", &[]), Some(ContentState::Missing));
     }
 }
