@@ -124,6 +124,9 @@ fn waiting_reply() -> Finished {
             output: "[\"a.md\"]".into(),
             is_error: false,
             elapsed_ms: Some(2),
+            json: false,
+            job_id: None,
+            subject: None,
         },
     )
     .unwrap();
@@ -207,6 +210,9 @@ fn answer_settle_resume_and_view() {
             output: "deleted 1 file".into(),
             is_error: false,
             elapsed_ms: Some(31),
+            json: false,
+            job_id: None,
+            subject: None,
         }
     });
     assert_eq!(ran, vec!["c_del"]);
@@ -233,6 +239,11 @@ fn answer_settle_resume_and_view() {
                 tool: Some("delete_files".into()),
                 label: None,
                 outcome: ToolResultOutcome::Succeeded,
+                ok: true,
+                body: "deleted 1 file".into(),
+                job_id: None,
+                effects: None,
+                subject: None,
                 elapsed_ms: Some(31),
                 decision: Some(ToolResultDecision::Approved),
             },
@@ -241,6 +252,11 @@ fn answer_settle_resume_and_view() {
                 tool: Some("send_mail".into()),
                 label: None,
                 outcome: ToolResultOutcome::Refused,
+                ok: false,
+                body: "The user denied this tool call.".into(),
+                job_id: None,
+                effects: None,
+                subject: None,
                 elapsed_ms: None,
                 decision: Some(ToolResultDecision::Declined),
             },

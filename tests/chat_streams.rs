@@ -14,7 +14,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use gelstore::chat::approval::{ApprovalPolicy, AskFor, NoApproval};
+use gelstore::chat::approval::{ApprovalPolicy, AskFor};
 use gelstore::chat::events::AssistantEvent;
 use gelstore::chat::keys::{Attempt, ReplyKey};
 use gelstore::chat::record::{ChatRecord, pending_reply, user_message};
@@ -24,6 +24,8 @@ use gelstore::lexicon::chat::gel::assistant::defs::{PlainContent, PlainContentPa
 use gelstore::lexicon::chat::gel::assistant::message::{MessageStatus, MessageStopReason};
 use gelstore::lexicon::support::{AtUri, Datetime, Validate};
 use serde_json::Value;
+
+mod common;
 
 const USER_KEY: &str = "3lbqzdw5pzk22";
 
@@ -49,12 +51,7 @@ fn options(case: &Path) -> Value {
 }
 
 fn policy(opts: &Value) -> Arc<dyn ApprovalPolicy + Send + Sync> {
-    match opts.get("approvalTools").and_then(Value::as_array) {
-        Some(tools) => Arc::new(AskFor::tools(
-            tools.iter().map(|t| t.as_str().unwrap().to_string()),
-        )),
-        None => Arc::new(NoApproval),
-    }
+    Arc::new(AskFor::from_fixture_options(opts))
 }
 
 /// The seed of the fixtures' pending-action ids (a live run draws one).
@@ -429,4 +426,41 @@ fn fuzz_seeds_hold_the_invariants() {
         n += 1;
     }
     assert!(n >= 17, "{n} seeds");
+}
+
+/// Every frame `subscribeReply` would send for a case, decoded from its
+/// bytes with the generated types, is the CLI's JSON line for the same
+/// event (`expected.events.jsonl`, which `chat reply` prints), field for
+/// field: arguments and bodies the data model cannot hold included.
+#[test]
+fn frames_decode_to_the_cli_events() {
+    use gelstore::lexicon::chat::gel::assistant::subscribe_reply::SubscribeReplyMessage;
+    for case in cases() {
+        let name = case.file_name().unwrap().to_string_lossy().into_owned();
+        let f = run(&case, "input.jsonl", first_key());
+        let cli: Vec<Value> = fs::read_to_string(case.join("expected.events.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(f.events.len(), cli.len(), "{name}");
+        for (i, (event, want)) in f.events.iter().zip(&cli).enumerate() {
+            let seq = i as u64 + 1;
+            let bytes = event.frame_bytes(seq).unwrap();
+            let (header, body) = common::split_frame(&bytes);
+            let header = gelstore::model::ipld_to_json(&header).unwrap();
+            assert_eq!(header["op"], 1, "{name} #{seq}");
+            let t = header["t"].as_str().unwrap();
+            let message = SubscribeReplyMessage::from_frame(t, body)
+                .unwrap_or_else(|e| panic!("{name} #{seq} {t}: {e}"));
+            message.validate().unwrap();
+            let (got_seq, decoded) = AssistantEvent::from_frame(&message).unwrap();
+            assert_eq!(got_seq, seq as i64, "{name}");
+            assert_eq!(
+                serde_json::to_value(&decoded).unwrap(),
+                *want,
+                "{name} #{seq}"
+            );
+        }
+    }
 }

@@ -210,6 +210,7 @@ mod tests {
         PlainContentPartsItem::ToolCallPart(ToolCallPart {
             confirmation: None,
             label: None,
+            effects: None,
             approval,
             pending_id: None,
             call_id: id.into(),
@@ -230,6 +231,10 @@ mod tests {
             is_error: None,
             output: "out".into(),
             output_blob: None,
+            job_id: None,
+            subject: None,
+            observations: None,
+            output_format: None,
             extra: Default::default(),
         })
     }

@@ -44,7 +44,7 @@ use crate::chat::{
 };
 use crate::lexicon::chat::gel::assistant::defs::{GenerationRequest, PlainContentPartsItem};
 use crate::lexicon::chat::gel::assistant::message::{MessageRole, MessageStopReason};
-use crate::lexicon::chat::gel::assistant::subscribe_reply::{Confirmation, ErrorCode};
+use crate::lexicon::chat::gel::assistant::subscribe_reply::{Confirmation, Effects, ErrorCode};
 use crate::provider::http::ProviderClient;
 use crate::provider::{
     Conversation, Finish, ModelSpec, Output, ProviderConfig, ProviderError, SpecError, ToolSpec,
@@ -433,6 +433,13 @@ impl ApprovalPolicy for Described {
         match self.shown(call) {
             None => self.inner.label(call),
             Some((title, _)) => Some(truncate_words(&format!("{title} {}", call.arguments), 200)),
+        }
+    }
+
+    fn effects(&self, call: &FinishedCall) -> Option<Effects> {
+        match self.tools.info(&call.name) {
+            None => self.inner.effects(call),
+            Some(info) => info.effects(),
         }
     }
 }

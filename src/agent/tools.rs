@@ -21,7 +21,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::chat::ToolRun;
-use crate::lexicon::chat::gel::assistant::subscribe_reply::ToolResultOutcome;
+use crate::lexicon::chat::gel::assistant::subscribe_reply::{Effects, Subject, ToolResultOutcome};
 use crate::provider::ToolSpec;
 
 /// The codes a failed call's output starts with (seed 000 names).
@@ -183,10 +183,28 @@ pub struct ToolInfo {
     pub title: Option<String>,
     pub read_only: Option<bool>,
     pub destructive: Option<bool>,
+    pub idempotent: Option<bool>,
     pub open_world: Option<bool>,
 }
 
 impl ToolInfo {
+    /// What the tool declares it may do, if it declares anything.
+    pub fn effects(&self) -> Option<Effects> {
+        let declared = [
+            self.read_only,
+            self.destructive,
+            self.idempotent,
+            self.open_world,
+        ];
+        declared.iter().any(Option::is_some).then(|| Effects {
+            read_only: self.read_only,
+            destructive: self.destructive,
+            idempotent: self.idempotent,
+            open_world: self.open_world,
+            extra: Default::default(),
+        })
+    }
+
     /// What running it does, in a sentence for a confirmation.
     pub fn consequence(&self, shown: &str) -> String {
         let effect = match (self.read_only, self.destructive) {
@@ -305,6 +323,7 @@ impl ToolHost {
                     .filter(|t| !t.trim().is_empty()),
                 read_only: hints.and_then(|a| a.read_only_hint),
                 destructive: hints.and_then(|a| a.destructive_hint),
+                idempotent: hints.and_then(|a| a.idempotent_hint),
                 open_world: hints.and_then(|a| a.open_world_hint),
             };
             self.tools.insert(
@@ -354,7 +373,10 @@ impl ToolHost {
         let started = Instant::now();
         let mut run = self.call_inner(name, args).await;
         run.elapsed_ms = Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
+        let whole = run.output.len();
         run.output = cut_output(run.output);
+        // A cut JSON text no longer parses: it is text now.
+        run.json &= run.output.len() == whole;
         run
     }
 
@@ -417,12 +439,12 @@ impl ToolHost {
             ),
             Ok(Err(e)) => service_failure(&tool.server, e),
             Ok(Ok(result)) => {
-                let output = render(&result.content, result.structured_content.as_ref());
+                let (output, json) = render(&result.content, result.structured_content.as_ref());
                 ToolRun {
-                    outcome: ToolResultOutcome::Succeeded,
-                    output,
                     is_error: result.is_error.unwrap_or(false),
-                    elapsed_ms: None,
+                    json,
+                    subject: subject_of(&result.content),
+                    ..ToolRun::new(ToolResultOutcome::Succeeded, output)
                 }
             }
         }
@@ -457,10 +479,8 @@ fn cut_output(output: String) -> String {
 
 fn failed(outcome: ToolResultOutcome, code: &str, message: &str) -> ToolRun {
     ToolRun {
-        outcome,
-        output: format!("[{code}] {message}"),
         is_error: true,
-        elapsed_ms: None,
+        ..ToolRun::new(outcome, format!("[{code}] {message}"))
     }
 }
 
@@ -490,9 +510,30 @@ fn service_failure(server: &str, e: ServiceError) -> ToolRun {
     }
 }
 
-/// A tool result's content as the text a model reads: text blocks as
-/// they are, structured content as JSON, other blocks named.
-fn render(content: &[ContentBlock], structured: Option<&Value>) -> String {
+/// What a result names as its subject: its first resource link (or
+/// embedded resource), when its URI is one the lexicon takes.
+fn subject_of(content: &[ContentBlock]) -> Option<Subject> {
+    content.iter().find_map(|block| {
+        let (uri, name, mime_type) = match block {
+            ContentBlock::ResourceLink(r) => {
+                (r.uri.clone(), Some(r.name.clone()), r.mime_type.clone())
+            }
+            _ => return None,
+        };
+        let uri = crate::lexicon::support::Uri::new(uri).ok()?;
+        Some(Subject {
+            uri,
+            name,
+            mime_type,
+            extra: Default::default(),
+        })
+    })
+}
+
+/// A tool result's content as the text a model reads, and whether it is
+/// the structured result as JSON: text blocks as they are, other blocks
+/// named, structured content as JSON when there is nothing else.
+fn render(content: &[ContentBlock], structured: Option<&Value>) -> (String, bool) {
     let mut parts: Vec<String> = Vec::new();
     for block in content {
         match block {
@@ -513,9 +554,9 @@ fn render(content: &[ContentBlock], structured: Option<&Value>) -> String {
     if parts.is_empty()
         && let Some(s) = structured
     {
-        parts.push(s.to_string());
+        return (s.to_string(), true);
     }
-    parts.join("\n")
+    (parts.join("\n"), false)
 }
 
 /// Shared by the loop's tasks.
@@ -544,6 +585,7 @@ mod tests {
             title: None,
             read_only,
             destructive,
+            idempotent: None,
             open_world,
         };
         let say = |i: ToolInfo| i.consequence("'Write File'");

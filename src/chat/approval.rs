@@ -20,7 +20,7 @@
 //!    again, marked `approved`/`denied`, followed by its result, so the
 //!    provider history stays valid. `Reply::resume` starts that reply.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use thiserror::Error;
 
@@ -28,14 +28,15 @@ use super::assemble::{FinishedCall, limits};
 use super::input::ToolRun;
 use super::keys::{MessageKey, ReplyKey};
 use super::record::ChatRecord;
+use super::results::result_part;
 use crate::lexicon::chat::gel::assistant::answer_approval::AnswerApprovalError;
 use crate::lexicon::chat::gel::assistant::defs::{
     PlainContent, PlainContentPartsItem, ToolApprovalPart, ToolApprovalPartDecision, ToolCallPart,
-    ToolCallPartApproval, ToolResultPart,
+    ToolCallPartApproval,
 };
 use crate::lexicon::chat::gel::assistant::message::{MessageRole, MessageStatus};
 use crate::lexicon::chat::gel::assistant::subscribe_reply::{
-    Confirmation, ErrorCode, ToolResultDecision, ToolResultOutcome,
+    Confirmation, Effects, ErrorCode, ToolResultDecision, ToolResultOutcome,
 };
 use crate::lexicon::support::Validate;
 
@@ -56,6 +57,11 @@ pub trait ApprovalPolicy {
     fn label(&self, _call: &FinishedCall) -> Option<String> {
         None
     }
+
+    /// What the call may do, as its tool declares it, if it says.
+    fn effects(&self, _call: &FinishedCall) -> Option<Effects> {
+        None
+    }
 }
 
 /// No call needs approval.
@@ -72,19 +78,48 @@ impl ApprovalPolicy for NoApproval {
 #[derive(Clone, Debug, Default)]
 pub struct AskFor {
     pub tools: BTreeSet<String>,
+    /// What each tool (by name) declares it may do.
+    pub effects: BTreeMap<String, Effects>,
 }
 
 impl AskFor {
     pub fn tools<I: IntoIterator<Item = S>, S: Into<String>>(tools: I) -> AskFor {
         AskFor {
             tools: tools.into_iter().map(Into::into).collect(),
+            effects: BTreeMap::new(),
         }
+    }
+
+    /// The policy a stream fixture's `options.json` describes:
+    /// `approvalTools` (names that wait) and `toolEffects` (name →
+    /// effects). Parts it cannot read are left out.
+    pub fn from_fixture_options(options: &serde_json::Value) -> AskFor {
+        let tools = options["approvalTools"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|t| t.as_str().map(str::to_owned));
+        let effects = options
+            .get("toolEffects")
+            .and_then(|e| serde_json::from_value(e.clone()).ok())
+            .unwrap_or_default();
+        AskFor::tools(tools).with_effects(effects)
+    }
+
+    /// The same policy, with what each tool declares it may do.
+    pub fn with_effects(mut self, effects: BTreeMap<String, Effects>) -> AskFor {
+        self.effects = effects;
+        self
     }
 }
 
 impl ApprovalPolicy for AskFor {
     fn needs_approval(&self, call: &FinishedCall) -> bool {
         self.tools.contains(&call.name)
+    }
+
+    fn effects(&self, call: &FinishedCall) -> Option<Effects> {
+        self.effects.get(&call.name).cloned()
     }
 }
 
@@ -411,10 +446,11 @@ impl Resolution {
                 let run = match c.decision {
                     Decision::Approved => run(&c.call),
                     Decision::Denied => ToolRun {
-                        outcome: ToolResultOutcome::Refused,
-                        output: denial_output(c.reason.as_deref()),
                         is_error: true,
-                        elapsed_ms: None,
+                        ..ToolRun::new(
+                            ToolResultOutcome::Refused,
+                            denial_output(c.reason.as_deref()),
+                        )
                     },
                 };
                 Settled {
@@ -455,31 +491,13 @@ pub fn repeat_parts(settled: &[Settled]) -> Result<Vec<PlainContentPartsItem>, O
         call.pending_id = None;
         call.confirmation = None;
         parts.push(PlainContentPartsItem::ToolCallPart(call));
-        parts.push(PlainContentPartsItem::ToolResultPart(ToolResultPart {
-            call_id: s.call.call_id.clone(),
-            is_error: s.run.is_error.then_some(true),
-            outcome: Some(stored_outcome(&s.run.outcome)),
-            elapsed_ms: s
-                .run
-                .elapsed_ms
-                .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
-            label: s.call.label.clone(),
-            output: s.run.output.clone(),
-            output_blob: None,
-            extra: Default::default(),
-        }));
+        parts.push(PlainContentPartsItem::ToolResultPart(result_part(
+            &s.call.call_id,
+            s.call.label.clone(),
+            &s.run,
+        )));
     }
     Ok(parts)
-}
-
-/// A run's outcome as a result part keeps it (the two lexicons name the
-/// same values).
-pub fn stored_outcome(
-    outcome: &crate::lexicon::chat::gel::assistant::subscribe_reply::ToolResultOutcome,
-) -> crate::lexicon::chat::gel::assistant::defs::ToolResultPartOutcome {
-    use crate::lexicon::chat::gel::assistant::defs::ToolResultPartOutcome as Stored;
-    use crate::lexicon::support::StringEnum;
-    Stored::from_string(outcome.as_str().to_owned()).unwrap_or_else(Stored::Other)
 }
 
 #[cfg(test)]
@@ -495,6 +513,7 @@ mod tests {
         PlainContentPartsItem::ToolCallPart(ToolCallPart {
             confirmation: None,
             label: None,
+            effects: None,
             approval,
             pending_id: None,
             call_id: id.into(),
@@ -559,10 +578,8 @@ mod tests {
         answer.validate().unwrap();
         assert_eq!(answer.parts.len(), 2);
         let settled = r.settle(|_| ToolRun {
-            outcome: ToolResultOutcome::Succeeded,
-            output: "ok".into(),
-            is_error: false,
             elapsed_ms: Some(5),
+            ..ToolRun::new(ToolResultOutcome::Succeeded, "ok")
         });
         let parts = repeat_parts(&settled).unwrap();
         assert_eq!(parts.len(), 4);

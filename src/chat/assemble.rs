@@ -539,6 +539,7 @@ impl Assembler {
                         pending_id: None,
                         label: None,
                         confirmation: None,
+                        effects: None,
                         call_id,
                         arguments: finished.map(|f| f.arguments),
                         provider_data,

@@ -7,12 +7,15 @@
 //!   (never appends). A `message` is also sent for a text part that never
 //!   got its end, when its turn closes, so the client ends up with exactly
 //!   the recorded text.
-//! - `tool_call` (`callId`, `tool`, `args`, `label`): sent once a call's
-//!   arguments are complete; `tool_result` (`callId`, `tool`, `label`,
-//!   `outcome`, `elapsedMs`, `decision`).
-//! - `confirm_required` (`id`: the waiting reply's record key, `callId`,
-//!   `tool`, `label`, `confirmation`): the stream ends after these until the
-//!   approval is answered.
+//! - `tool_call` (`callId`, `tool`, `args`, `label`, `effects`): sent once a
+//!   call's arguments are complete; `tool_result` (`callId`, `tool`, `label`,
+//!   `outcome`, `ok`, `body`, `jobId`, `effects`, `subject`, `elapsedMs`,
+//!   `decision`).
+//! - `observation` (`id`: the call, `jobId`, `state`, `text`, `reason`):
+//!   what became of the work an `accepted` call queued.
+//! - `confirm_required` (`id`: the call's pending-action id, `callId`,
+//!   `tool`, `label`, `effects`, `confirmation`): the stream ends after these
+//!   until the approval is answered.
 //! - `error` (`code`, `message`) and `done` (`reason`).
 //!
 //! Partial tool arguments and private reasoning are never emitted: there is
@@ -25,10 +28,13 @@
 use serde::{Deserialize, Serialize};
 
 use crate::lexicon::chat::gel::assistant::subscribe_reply::{
-    self as sub, Confirmation, DoneReason, ErrorCode, SubscribeReplyMessage, ToolResultDecision,
-    ToolResultOutcome,
+    self as sub, Confirmation, DoneReason, Effects, ErrorCode, ObservationReason, ObservationState,
+    Subject, SubscribeReplyMessage, ToolResultDecision, ToolResultOutcome,
 };
+use ipld_core::ipld::Ipld;
+
 use crate::lexicon::support::{self, Data, Path};
+use crate::model::encode_dag_cbor;
 
 /// One event of the output stream (seed 000).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -56,6 +62,9 @@ pub enum AssistantEvent {
         args: serde_json::Value,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         label: Option<String>,
+        /// What the call may do, as its tool declares it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        effects: Option<Effects>,
     },
     ToolResult {
         call_id: String,
@@ -64,19 +73,45 @@ pub enum AssistantEvent {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         label: Option<String>,
         outcome: ToolResultOutcome,
+        /// False when the tool reported an error.
+        ok: bool,
+        /// The output: a string for text, the JSON value for structured
+        /// output.
+        body: serde_json::Value,
+        /// With `accepted`: the queued work's id.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job_id: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        effects: Option<Effects>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        subject: Option<Subject>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         elapsed_ms: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         decision: Option<ToolResultDecision>,
     },
+    /// What became of the work an `accepted` call queued.
+    Observation {
+        /// The call whose work it is (its `callId`).
+        id: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job_id: Option<String>,
+        state: ObservationState,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        text: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<ObservationReason>,
+    },
     ConfirmRequired {
-        /// The pending action: the waiting reply's record key.
+        /// The pending action's id (the waiting call's `pendingId`).
         id: String,
         call_id: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         tool: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         label: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        effects: Option<Effects>,
         confirmation: Confirmation,
     },
     Error {
@@ -87,13 +122,6 @@ pub enum AssistantEvent {
     Done {
         reason: DoneReason,
     },
-}
-
-/// Error codes of seed 000 that the generated `ErrorCode` knows only as
-/// `Other`.
-pub mod codes {
-    /// The model's stream was cut before it ended.
-    pub const OPERATION_INTERRUPTED: &str = "operation_interrupted";
 }
 
 impl AssistantEvent {
@@ -144,11 +172,12 @@ impl AssistantEvent {
                 tool,
                 args,
                 label,
+                effects,
             } => {
-                let text = (!args.is_null()).then(|| args.to_string());
-                let (args, args_json) = match frame_args(args) {
-                    Some(d) => (Some(d), None),
-                    None => (None, text),
+                let (args, args_json) = if args.is_null() {
+                    (None, None)
+                } else {
+                    as_data_or_json(args)
                 };
                 SubscribeReplyMessage::ToolCall(sub::ToolCall {
                     seq,
@@ -157,6 +186,8 @@ impl AssistantEvent {
                     args,
                     args_json,
                     label,
+                    effects,
+                    automatic: None,
                     extra: extra(),
                 })
             }
@@ -165,16 +196,48 @@ impl AssistantEvent {
                 tool,
                 label,
                 outcome,
+                ok,
+                body,
+                job_id,
+                effects,
+                subject,
                 elapsed_ms,
                 decision,
-            } => SubscribeReplyMessage::ToolResult(sub::ToolResult {
+            } => {
+                let (body, body_json) = as_data_or_json(body);
+                SubscribeReplyMessage::ToolResult(sub::ToolResult {
+                    seq,
+                    call_id,
+                    tool,
+                    label,
+                    outcome,
+                    elapsed_ms: elapsed_ms.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
+                    decision,
+                    ok: Some(ok),
+                    body,
+                    body_json,
+                    job_id,
+                    effects,
+                    subject,
+                    history: None,
+                    render: None,
+                    automatic: None,
+                    extra: extra(),
+                })
+            }
+            AssistantEvent::Observation {
+                id,
+                job_id,
+                state,
+                text,
+                reason,
+            } => SubscribeReplyMessage::Observation(sub::Observation {
                 seq,
-                call_id,
-                tool,
-                label,
-                outcome,
-                elapsed_ms: elapsed_ms.map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
-                decision,
+                id,
+                job_id,
+                state,
+                text,
+                reason,
                 extra: extra(),
             }),
             AssistantEvent::ConfirmRequired {
@@ -182,6 +245,7 @@ impl AssistantEvent {
                 call_id,
                 tool,
                 label,
+                effects,
                 confirmation,
             } => SubscribeReplyMessage::ConfirmRequired(sub::ConfirmRequired {
                 seq,
@@ -189,6 +253,7 @@ impl AssistantEvent {
                 call_id,
                 tool,
                 label,
+                effects,
                 confirmation,
                 extra: extra(),
             }),
@@ -207,10 +272,149 @@ impl AssistantEvent {
     }
 }
 
-/// The arguments as a frame's `args` (a lexicon `unknown`), if they are
-/// one.
-fn frame_args(args: serde_json::Value) -> Option<Data> {
-    let d: Data = serde_json::from_value(args).ok()?;
+impl AssistantEvent {
+    /// The event as the binary message of an XRPC subscription, with
+    /// sequence number `seq`: the header `{op: 1, t: "#name"}` then the
+    /// body (the [`AssistantEvent::to_frame`] message without `$type`),
+    /// both DAG-CBOR.
+    pub fn frame_bytes(&self, seq: u64) -> Result<Vec<u8>, String> {
+        let message = self.to_frame(i64::try_from(seq).unwrap_or(i64::MAX));
+        let name = message.type_id().rsplit('#').next().unwrap_or_default();
+        let header = Ipld::Map(
+            [
+                ("op".to_owned(), Ipld::Integer(1)),
+                ("t".to_owned(), Ipld::String(format!("#{name}"))),
+            ]
+            .into(),
+        );
+        let mut body = ipld_core::serde::to_ipld(&message).map_err(|e| e.to_string())?;
+        if let Ipld::Map(m) = &mut body {
+            m.remove("$type");
+        }
+        let mut out = encode_dag_cbor(&header).map_err(|e| e.to_string())?;
+        out.extend(encode_dag_cbor(&body).map_err(|e| e.to_string())?);
+        Ok(out)
+    }
+}
+
+/// Why a frame is not an event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("a {0} frame is not one this version reads")]
+    Unknown(String),
+    #[error("{field} is not valid JSON: {reason}")]
+    BadJson { field: &'static str, reason: String },
+}
+
+impl AssistantEvent {
+    /// The event a `subscribeReply` frame carries, with its seq: the
+    /// inverse of [`AssistantEvent::to_frame`], for clients that read the
+    /// frames with the generated types.
+    pub fn from_frame(frame: &SubscribeReplyMessage) -> Result<(i64, AssistantEvent), FrameError> {
+        let json = |field: &'static str, text: &str| {
+            serde_json::from_str(text).map_err(|e| FrameError::BadJson {
+                field,
+                reason: e.to_string(),
+            })
+        };
+        let value = |field, data: &Option<Data>, text: &Option<String>| match (data, text) {
+            (Some(d), _) => Ok(serde_json::to_value(d).expect("data is JSON")),
+            (None, Some(t)) => json(field, t),
+            (None, None) => Ok(serde_json::Value::Null),
+        };
+        Ok(match frame.clone() {
+            SubscribeReplyMessage::TextDelta(f) => (
+                f.seq,
+                AssistantEvent::TextDelta {
+                    message_id: f.message_id,
+                    text: f.text,
+                },
+            ),
+            SubscribeReplyMessage::Message(f) => (
+                f.seq,
+                AssistantEvent::Message {
+                    message_id: f.message_id,
+                    text: f.text,
+                    model: f.model,
+                },
+            ),
+            SubscribeReplyMessage::ToolCall(f) => (
+                f.seq,
+                AssistantEvent::ToolCall {
+                    args: value("argsJson", &f.args, &f.args_json)?,
+                    call_id: f.call_id,
+                    tool: f.tool,
+                    label: f.label,
+                    effects: f.effects,
+                },
+            ),
+            SubscribeReplyMessage::ToolResult(f) => (
+                f.seq,
+                AssistantEvent::ToolResult {
+                    body: value("bodyJson", &f.body, &f.body_json)?,
+                    call_id: f.call_id,
+                    tool: f.tool,
+                    label: f.label,
+                    outcome: f.outcome,
+                    ok: f.ok.unwrap_or(true),
+                    job_id: f.job_id,
+                    effects: f.effects,
+                    subject: f.subject,
+                    elapsed_ms: f.elapsed_ms.and_then(|ms| u64::try_from(ms).ok()),
+                    decision: f.decision,
+                },
+            ),
+            SubscribeReplyMessage::Observation(f) => (
+                f.seq,
+                AssistantEvent::Observation {
+                    id: f.id,
+                    job_id: f.job_id,
+                    state: f.state,
+                    text: f.text,
+                    reason: f.reason,
+                },
+            ),
+            SubscribeReplyMessage::ConfirmRequired(f) => (
+                f.seq,
+                AssistantEvent::ConfirmRequired {
+                    id: f.id,
+                    call_id: f.call_id,
+                    tool: f.tool,
+                    label: f.label,
+                    effects: f.effects,
+                    confirmation: f.confirmation,
+                },
+            ),
+            SubscribeReplyMessage::Error(f) => (
+                f.seq,
+                AssistantEvent::Error {
+                    code: f.code,
+                    message: f.message,
+                },
+            ),
+            SubscribeReplyMessage::Done(f) => (f.seq, AssistantEvent::Done { reason: f.reason }),
+            other => {
+                return Err(FrameError::Unknown(
+                    format!("{other:?}").chars().take(64).collect(),
+                ));
+            }
+        })
+    }
+}
+
+/// A JSON value as a frame carries it: as data (a lexicon `unknown`) when
+/// it is one, else as JSON text beside it (`argsJson`, `bodyJson`).
+fn as_data_or_json(value: serde_json::Value) -> (Option<Data>, Option<String>) {
+    let text = value.to_string();
+    match as_unknown(value) {
+        Some(d) => (Some(d), None),
+        None => (None, Some(text)),
+    }
+}
+
+/// The value as a lexicon `unknown`, if it is one.
+fn as_unknown(value: serde_json::Value) -> Option<Data> {
+    let d: Data = serde_json::from_value(value).ok()?;
     let mut errors = Vec::new();
     support::unknown(
         &d,
@@ -234,6 +438,7 @@ mod tests {
             tool: "mcp_calc_add".into(),
             args,
             label: None,
+            effects: None,
         };
         let SubscribeReplyMessage::ToolCall(f) =
             call(json!({"a": 2.5, "b": [1, 0.125]})).to_frame(3)
@@ -263,17 +468,22 @@ mod tests {
             tool: Some("search".into()),
             label: None,
             outcome: ToolResultOutcome::Refused,
+            ok: false,
+            body: json!("denied"),
+            job_id: None,
+            effects: None,
+            subject: None,
             elapsed_ms: Some(4),
             decision: Some(ToolResultDecision::Declined),
         };
         assert_eq!(
             serde_json::to_value(&e).unwrap(),
-            json!({"type":"tool_result","callId":"c1","tool":"search","outcome":"refused","elapsedMs":4,"decision":"declined"})
+            json!({"type":"tool_result","callId":"c1","tool":"search","outcome":"refused","ok":false,"body":"denied","elapsedMs":4,"decision":"declined"})
         );
         let back: AssistantEvent = serde_json::from_str(&e.to_json_line()).unwrap();
         assert_eq!(back, e);
         let err = AssistantEvent::Error {
-            code: ErrorCode::Other(codes::OPERATION_INTERRUPTED.into()),
+            code: ErrorCode::OperationInterrupted,
             message: None,
         };
         assert_eq!(
@@ -294,12 +504,14 @@ mod tests {
                 tool: "t".into(),
                 args: json!({"a": 1, "f": 0.5}),
                 label: None,
+                effects: None,
             },
             AssistantEvent::ToolCall {
                 call_id: "c".into(),
                 tool: "t".into(),
                 args: json!({"$type": "chat.gel.assistant.defs#textPart"}),
                 label: None,
+                effects: None,
             },
             AssistantEvent::Done {
                 reason: DoneReason::End,

@@ -18,7 +18,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::lexicon::chat::gel::assistant::defs::{ModelRef, Usage};
 use crate::lexicon::chat::gel::assistant::message::MessageStopReason;
-use crate::lexicon::chat::gel::assistant::subscribe_reply::ToolResultOutcome;
+use crate::lexicon::chat::gel::assistant::subscribe_reply::{
+    ObservationReason, ObservationState, Subject, ToolResultOutcome,
+};
 
 /// One step of a streamed assistant message (seed 002).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -155,6 +157,41 @@ pub struct ToolRun {
     /// Time spent running the tool alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elapsed_ms: Option<u64>,
+    /// `output` is the tool's structured result as JSON text.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub json: bool,
+    /// With `accepted`: the id of the work the tool queued.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// What the call produced or acted on, where the tool says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<Subject>,
+}
+
+impl ToolRun {
+    /// A finished run with this outcome and output (no error, no job).
+    pub fn new(outcome: ToolResultOutcome, output: impl Into<String>) -> ToolRun {
+        ToolRun {
+            outcome,
+            output: output.into(),
+            is_error: false,
+            elapsed_ms: None,
+            json: false,
+            job_id: None,
+            subject: None,
+        }
+    }
+}
+
+/// What the host saw of the work an accepted call queued.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Observed {
+    pub state: ObservationState,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<ObservationReason>,
 }
 
 /// One line of a recorded run (`fixtures/streams/*/input.jsonl`, the fuzz
@@ -185,6 +222,10 @@ pub enum StreamLine {
     /// `{"type":"tool_result","callId":"…","outcome":"succeeded","output":"…"}`:
     /// the host ran a tool call.
     ToolResult { call_id: String, run: ToolRun },
+    /// `{"type":"observation","callId":"…","state":"awaited","text":"…"}`:
+    /// what the host saw of the work an accepted call queued (`reason`
+    /// when none will come).
+    Observation { call_id: String, observed: Observed },
     /// `{"type":"done","stopReason":"stop","usage":{…}}`: the model finished.
     Done {
         stop_reason: MessageStopReason,
@@ -260,6 +301,14 @@ struct EnvelopeLine<'a> {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
+struct ObservationLine {
+    call_id: String,
+    #[serde(flatten)]
+    observed: Observed,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct ToolResultLine {
     call_id: String,
     #[serde(flatten)]
@@ -313,6 +362,13 @@ impl StreamLine {
                 StreamLine::ToolResult {
                     call_id: l.call_id,
                     run: l.run,
+                }
+            }
+            "observation" => {
+                let l: ObservationLine = serde_json::from_str(line).map_err(malformed)?;
+                StreamLine::Observation {
+                    call_id: l.call_id,
+                    observed: l.observed,
                 }
             }
             "error" => {
@@ -372,6 +428,13 @@ impl StreamLine {
             StreamLine::ToolResult { call_id, run } => {
                 let mut v = json!({"type": "tool_result", "callId": call_id});
                 if let (Value::Object(m), Value::Object(r)) = (&mut v, json!(run)) {
+                    m.extend(r);
+                }
+                v
+            }
+            StreamLine::Observation { call_id, observed } => {
+                let mut v = json!({"type": "observation", "callId": call_id});
+                if let (Value::Object(m), Value::Object(r)) = (&mut v, json!(observed)) {
                     m.extend(r);
                 }
                 v
@@ -520,6 +583,9 @@ mod tests {
                     output: "ok".into(),
                     is_error: true,
                     elapsed_ms: Some(4),
+                    json: false,
+                    job_id: None,
+                    subject: None,
                 },
             },
             StreamLine::Done {

@@ -8,6 +8,7 @@
 //! | [`assemble`] | one model turn's events → `plainContent` parts, with the lexicon's limits |
 //! | [`events`] | the live stream (seed 000 `AssistantEvent`) and its `subscribeReply` frames |
 //! | [`reply`] | one reply's run: events in, events out, finished record fields |
+//! | [`results`] | a tool call's result as a record part and as its events, one conversion for live and replay |
 //! | [`approval`] | approval policy, answer checks, settled calls repeated |
 //! | [`record`] | `ChatRecord` (a message record with opened content) and record constructors |
 //! | [`thread`] | the thread tree readers show |
@@ -21,6 +22,7 @@ pub mod keys;
 pub mod record;
 pub mod replay;
 pub mod reply;
+pub mod results;
 pub mod settings;
 pub mod store;
 pub mod thread;
@@ -28,7 +30,7 @@ pub mod thread;
 pub use approval::{ApprovalError, ApprovalPolicy, AskFor, AskIf, NoApproval};
 pub use assemble::{Assembler, StreamError};
 pub use events::AssistantEvent;
-pub use input::{AssistantMessageEvent, StreamLine, ToolRun};
+pub use input::{AssistantMessageEvent, Observed, StreamLine, ToolRun};
 pub use keys::{Attempt, KeyError, MessageKey, ReplyKey};
 pub use record::ChatRecord;
 pub use reply::{End, Finished, FinishedReply, Reply, ReplyError};

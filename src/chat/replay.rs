@@ -11,24 +11,23 @@
 //! ended (no `arguments`) is not announced, as in the live run.
 //!
 //! The sealed content keeps what the events alone carried: each call's
-//! label and (while it waits) its confirmation and pending-action id, each
-//! result's outcome, elapsed time and label, and the error the run ended
-//! with. A record from before those were kept gets them inferred: an
+//! label, effects and (while it waits) its confirmation and pending-action
+//! id, each result's outcome, elapsed time, label, job id, subject and
+//! observations, and the error the run ended with. A record from before those were kept gets them inferred: an
 //! outcome of `refused` for a denied call and `succeeded` otherwise, no
 //! elapsed time or labels, the default confirmation wording, the reply key
 //! as the pending id, and a generic error.
 
 use super::approval::{MAX_WORDS, default_confirmation, truncate_words};
 use super::assemble::FinishedCall;
-use super::events::{AssistantEvent, codes};
+use super::events::AssistantEvent;
 use super::keys::ReplyKey;
+use super::results::{CallFacts, group_observations, result_event};
 use crate::lexicon::chat::gel::assistant::defs::{
     PlainContent, PlainContentPartsItem, ToolCallPartApproval,
 };
 use crate::lexicon::chat::gel::assistant::message::{Message, MessageStatus, MessageStopReason};
-use crate::lexicon::chat::gel::assistant::subscribe_reply::{
-    DoneReason, ErrorCode, ToolResultDecision, ToolResultOutcome,
-};
+use crate::lexicon::chat::gel::assistant::subscribe_reply::{DoneReason, ErrorCode};
 
 /// The events for reply `key` as its record stands; empty while it is
 /// `pending` (nothing ended yet). `content` is the opened content (`None`
@@ -45,6 +44,8 @@ pub fn replay(
     let mut waiting = Vec::new();
     let model = record.model.as_ref().map(|m| m.id.clone());
     let parts = content.map(|c| c.parts.as_slice()).unwrap_or_default();
+    // The tool results since the last other part.
+    let mut group = Vec::new();
     for (pos, part) in parts.iter().enumerate() {
         match part {
             PlainContentPartsItem::TextPart(t) => events.push(AssistantEvent::Message {
@@ -70,6 +71,7 @@ pub fn replay(
                     tool: c.name.clone(),
                     args: args.clone(),
                     label: c.label.clone(),
+                    effects: c.effects.clone(),
                 });
                 if c.approval == Some(ToolCallPartApproval::Pending) {
                     let call = FinishedCall {
@@ -84,6 +86,7 @@ pub fn replay(
                         call_id: c.call_id.clone(),
                         tool: Some(c.name.clone()),
                         label: c.label.clone(),
+                        effects: c.effects.clone(),
                         confirmation: c
                             .confirmation
                             .clone()
@@ -96,27 +99,16 @@ pub fn replay(
                     PlainContentPartsItem::ToolCallPart(c) if c.call_id == r.call_id => Some(c),
                     _ => None,
                 });
-                let decision = call.and_then(|c| match c.approval {
-                    Some(ToolCallPartApproval::Approved) => Some(ToolResultDecision::Approved),
-                    Some(ToolCallPartApproval::Denied) => Some(ToolResultDecision::Declined),
-                    _ => None,
-                });
-                let inferred = if decision == Some(ToolResultDecision::Declined) {
-                    ToolResultOutcome::Refused
-                } else {
-                    ToolResultOutcome::Succeeded
-                };
-                events.push(AssistantEvent::ToolResult {
-                    call_id: r.call_id.clone(),
-                    tool: call.map(|c| c.name.clone()),
-                    label: r.label.clone(),
-                    outcome: r.outcome.as_ref().map_or(inferred, |o| {
-                        crate::lexicon::support::StringEnum::from_string(o.as_str().to_owned())
-                            .unwrap_or_else(ToolResultOutcome::Other)
-                    }),
-                    elapsed_ms: r.elapsed_ms.and_then(|ms| u64::try_from(ms).ok()),
-                    decision,
-                });
+                events.push(result_event(r, call.map(CallFacts::of).unwrap_or_default()));
+                group.push(r);
+                // The group's observations follow its last result.
+                if !matches!(
+                    parts.get(pos + 1),
+                    Some(PlainContentPartsItem::ToolResultPart(_))
+                ) {
+                    events.extend(group_observations(&group));
+                    group.clear();
+                }
             }
             // Reasoning is private; other parts have no event.
             _ => {}
@@ -152,7 +144,7 @@ pub fn replay(
                 events.push(e);
             } else if record.stop_reason != Some(MessageStopReason::Aborted) {
                 events.push(AssistantEvent::Error {
-                    code: ErrorCode::Other(codes::OPERATION_INTERRUPTED.into()),
+                    code: ErrorCode::OperationInterrupted,
                     message: Some("the model's stream ended before the reply finished".into()),
                 });
             }
@@ -244,16 +236,9 @@ mod tests {
                 .ok()
                 .and_then(|t| serde_json::from_str(&t).ok())
                 .unwrap_or_default();
-            let tools: Vec<String> = options["approvalTools"]
-                .as_array()
-                .map(|a| {
-                    a.iter()
-                        .filter_map(|t| t.as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default();
             let key = ReplyKey::first(Tid::parse("3lbqzdw5pzk22").unwrap());
-            let finished = Reply::new(key, Arc::new(AskFor::tools(tools))).run_jsonl(&input);
+            let policy = Arc::new(AskFor::from_fixture_options(&options));
+            let finished = Reply::new(key, policy).run_jsonl(&input);
             let mut record = pending_record();
             finished.reply.fill(&mut record);
             let replayed = replay(&key, &record, Some(&finished.reply.content));

@@ -33,21 +33,43 @@ use std::sync::Arc;
 
 use super::approval::{ApprovalPolicy, MAX_WORDS, Settled, repeat_parts, truncate_words};
 use super::assemble::{Assembler, CutCall, FinishedCall, PartKind, Step, StreamError, limits};
-use super::events::{AssistantEvent, codes};
-use super::input::{AssistantMessageEvent, StreamLine, ToolRun};
+use super::events::AssistantEvent;
+use super::input::{AssistantMessageEvent, Observed, StreamLine, ToolRun};
 use super::keys::ReplyKey;
+use super::results::{
+    CallFacts, MAX_OBSERVATIONS, observation_event, result_event, result_part, stored_observation,
+};
 use crate::lexicon::chat::gel::assistant::defs::ReplyError as StoredError;
 use crate::lexicon::chat::gel::assistant::defs::{
     ModelRef, PlainContent, PlainContentPartsItem, ToolCallPartApproval, ToolResultPart, Usage,
 };
 use crate::lexicon::chat::gel::assistant::message::{Message, MessageStatus, MessageStopReason};
 use crate::lexicon::chat::gel::assistant::subscribe_reply::{
-    Confirmation, DoneReason, ErrorCode, ToolResultOutcome,
+    Confirmation, DoneReason, Effects, ErrorCode, ToolResultOutcome,
 };
 use crate::lexicon::support::Validate;
 
 /// Longest `error.message` of the stream (`subscribeReply#error`), bytes.
 const MAX_ERROR_MESSAGE: usize = 10_000;
+
+/// Longest observation `text` (`subscribeReply#observation`), bytes.
+const MAX_OBSERVATION_TEXT: usize = 10_000;
+
+/// The tool results at the end of `content` (the last tool phase), in
+/// order.
+fn trailing_results(content: &mut [PlainContentPartsItem]) -> Vec<&mut ToolResultPart> {
+    let start = content
+        .iter()
+        .rposition(|p| !matches!(p, PlainContentPartsItem::ToolResultPart(_)))
+        .map_or(0, |i| i + 1);
+    content[start..]
+        .iter_mut()
+        .filter_map(|p| match p {
+            PlainContentPartsItem::ToolResultPart(r) => Some(r),
+            _ => None,
+        })
+        .collect()
+}
 
 /// How a run ended (see the module's table).
 #[derive(Clone, Debug, PartialEq)]
@@ -95,6 +117,10 @@ pub enum ReplyError {
     TooManyParts { limit: usize },
     #[error("tool outcome {outcome:?} is not one of succeeded, accepted, refused, uncertain")]
     UnknownOutcome { outcome: String },
+    #[error("call {call_id:?} queued no work (its result has no jobId) to observe")]
+    NoJob { call_id: String },
+    #[error("call {call_id:?} already has {limit} observations, the most a result keeps")]
+    TooManyObservations { call_id: String, limit: usize },
     #[error("the reply already failed: {0}")]
     Failed(StreamError),
 }
@@ -176,6 +202,7 @@ struct CallInfo {
     call_id: String,
     name: String,
     label: Option<String>,
+    effects: Option<Effects>,
     /// The confirmation, for a call that needs approval.
     gate: Option<Confirmation>,
     has_result: bool,
@@ -290,17 +317,19 @@ impl Reply {
                 name: s.call.name.clone(),
                 // The label the waiting reply showed, kept with the call.
                 label: s.call.label.clone(),
+                effects: s.call.effects.clone(),
                 gate: None,
                 has_result: true,
             });
-            events.push(AssistantEvent::ToolResult {
-                call_id: s.call.call_id.clone(),
-                tool: Some(s.call.name.clone()),
-                label: s.call.label.clone(),
-                outcome: s.run.outcome.clone(),
-                elapsed_ms: s.run.elapsed_ms,
-                decision: Some(s.decision.event_decision()),
-            });
+        }
+        for pair in parts.chunks(2) {
+            if let [
+                PlainContentPartsItem::ToolCallPart(call),
+                PlainContentPartsItem::ToolResultPart(result),
+            ] = pair
+            {
+                events.push(result_event(result, CallFacts::of(call)));
+            }
         }
         reply.content = parts;
         Ok((reply, events))
@@ -482,17 +511,20 @@ impl Reply {
             .policy
             .label(call)
             .map(|l| truncate_words(&l, MAX_WORDS));
+        let effects = self.policy.effects(call);
         let event = AssistantEvent::ToolCall {
             call_id: call.call_id.clone(),
             tool: call.name.clone(),
             args: call.args.clone(),
             label: label.clone(),
+            effects: effects.clone(),
         };
         self.calls.push(CallInfo {
             pos: base + index,
             call_id: call.call_id.clone(),
             name: call.name.clone(),
             label,
+            effects,
             gate,
             has_result: false,
         });
@@ -665,29 +697,63 @@ impl Reply {
             });
         }
         call.has_result = true;
-        let stored = super::approval::stored_outcome(&run.outcome);
-        let event = AssistantEvent::ToolResult {
-            call_id: call.call_id.clone(),
-            tool: Some(call.name.clone()),
-            label: call.label.clone(),
-            outcome: run.outcome,
-            elapsed_ms: run.elapsed_ms,
-            decision: None,
-        };
+        let part = result_part(&call.call_id, call.label.clone(), &run);
+        let event = result_event(
+            &part,
+            CallFacts {
+                name: Some(&call.name),
+                effects: call.effects.as_ref(),
+                approval: None,
+            },
+        );
         self.content
-            .push(PlainContentPartsItem::ToolResultPart(ToolResultPart {
-                call_id: call.call_id.clone(),
-                is_error: run.is_error.then_some(true),
-                outcome: Some(stored),
-                elapsed_ms: run
-                    .elapsed_ms
-                    .map(|ms| i64::try_from(ms).unwrap_or(i64::MAX)),
-                label: call.label.clone(),
-                output: run.output,
-                output_blob: None,
-                extra: Default::default(),
-            }));
+            .push(PlainContentPartsItem::ToolResultPart(part));
         Ok(event)
+    }
+
+    /// Records what the host saw of the work that call `call_id`'s result
+    /// accepted (its `jobId`). Observations belong to the tool results
+    /// the reply ends with: they come after those results and before the
+    /// next model turn, which is where a replay puts them back.
+    pub fn observe(
+        &mut self,
+        call_id: &str,
+        observed: &Observed,
+    ) -> Result<AssistantEvent, ReplyError> {
+        if let Some(e) = &self.error {
+            return Err(ReplyError::Failed(e.clone()));
+        }
+        if self.turn.is_some() {
+            return Err(ReplyError::TurnOpen);
+        }
+        let group = trailing_results(&mut self.content);
+        let seq = group
+            .iter()
+            .map(|r| r.observations.as_ref().map_or(0, Vec::len))
+            .sum::<usize>();
+        let Some(part) = group.into_iter().rev().find(|r| r.call_id == call_id) else {
+            return Err(ReplyError::UnknownCall {
+                call_id: call_id.chars().take(256).collect(),
+            });
+        };
+        if part.job_id.is_none() {
+            return Err(ReplyError::NoJob {
+                call_id: call_id.to_owned(),
+            });
+        }
+        let kept = part.observations.get_or_insert_with(Vec::new);
+        if kept.len() >= MAX_OBSERVATIONS {
+            return Err(ReplyError::TooManyObservations {
+                call_id: call_id.to_owned(),
+                limit: MAX_OBSERVATIONS,
+            });
+        }
+        let mut stored = stored_observation(observed, seq);
+        if let Some(t) = &mut stored.text {
+            *t = truncate_words(t, MAX_OBSERVATION_TEXT);
+        }
+        kept.push(stored.clone());
+        Ok(observation_event(part, &stored))
     }
 
     /// Finishes the run (see the module's table).
@@ -750,7 +816,7 @@ impl Reply {
                 End::Cut => {
                     self.stop_reason = None;
                     events.push(AssistantEvent::Error {
-                        code: ErrorCode::Other(codes::OPERATION_INTERRUPTED.into()),
+                        code: ErrorCode::OperationInterrupted,
                         message: Some("the model's stream ended before the reply finished".into()),
                     });
                     events.push(done(DoneReason::Interrupted));
@@ -793,6 +859,7 @@ impl Reply {
                 && p.call_id == c.call_id
             {
                 p.label = c.label.clone();
+                p.effects = c.effects.clone();
             }
         }
         let error = events.iter().rev().find_map(|e| match e {
@@ -851,6 +918,7 @@ impl Reply {
                 call_id: c.call_id.clone(),
                 tool: Some(c.name.clone()),
                 label: c.label.clone(),
+                effects: c.effects.clone(),
                 confirmation: confirmation.clone(),
             });
             any = true;
@@ -889,6 +957,16 @@ impl Reply {
                     reason: e.to_string(),
                 }),
             },
+            StreamLine::Observation { call_id, observed } => {
+                match self.observe(&call_id, &observed) {
+                    Ok(out) => events.push(out),
+                    Err(ReplyError::Failed(_)) => {}
+                    Err(e) => self.fail(StreamError::InvalidMetadata {
+                        what: "observation",
+                        reason: e.to_string(),
+                    }),
+                }
+            }
             StreamLine::Done { stop_reason, usage } => {
                 return Some(End::Done { stop_reason, usage });
             }
@@ -974,6 +1052,9 @@ mod tests {
                     output: "found".into(),
                     is_error: false,
                     elapsed_ms: Some(3),
+                    json: false,
+                    job_id: None,
+                    subject: None,
                 }
             ),
             Err(ReplyError::TurnOpen)
@@ -995,6 +1076,9 @@ mod tests {
             output: "found".into(),
             is_error: false,
             elapsed_ms: Some(3),
+            json: false,
+            job_id: None,
+            subject: None,
         };
         r.tool_result("c1", run.clone()).unwrap();
         assert!(matches!(
@@ -1071,15 +1155,7 @@ mod tests {
         }
         r.end_turn(MessageStopReason::ToolUse, None).unwrap();
         assert!(matches!(
-            r.tool_result(
-                "c0",
-                ToolRun {
-                    outcome: ToolResultOutcome::Succeeded,
-                    output: String::new(),
-                    is_error: false,
-                    elapsed_ms: None
-                }
-            ),
+            r.tool_result("c0", ToolRun::new(ToolResultOutcome::Succeeded, "")),
             Err(ReplyError::AwaitingApproval { .. })
         ));
         let f = r.finish(End::Done {

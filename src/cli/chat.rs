@@ -320,12 +320,7 @@ fn reply(data: &Path, args: ReplyArgs) -> Result<()> {
         let (id, output) = t
             .split_once('=')
             .ok_or_else(|| Failure::env(format!("--tool-output {t:?}: expected CALLID=OUTPUT")))?;
-        let run = ToolRun {
-            outcome: ToolResultOutcome::Succeeded,
-            output: output.to_string(),
-            is_error: false,
-            elapsed_ms: None,
-        };
+        let run = ToolRun::new(ToolResultOutcome::Succeeded, output);
         if runs.insert(id.to_string(), run).is_some() {
             return Err(Failure::env(format!(
                 "--tool-output: two outputs for call {id:?}"

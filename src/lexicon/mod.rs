@@ -78,6 +78,10 @@ pub fn validate_by_type(
             type T = chat::gel::assistant::defs::ToolResultPart;
             support::validate_data::<T>(value, path, errors)
         }
+        "chat.gel.assistant.defs#toolObservation" => {
+            type T = chat::gel::assistant::defs::ToolObservation;
+            support::validate_data::<T>(value, path, errors)
+        }
         "chat.gel.assistant.defs#usage" => {
             type T = chat::gel::assistant::defs::Usage;
             support::validate_data::<T>(value, path, errors)
@@ -152,6 +156,18 @@ pub fn validate_by_type(
         }
         "chat.gel.assistant.subscribeReply#confirmRequired" => {
             type T = chat::gel::assistant::subscribe_reply::ConfirmRequired;
+            support::validate_data::<T>(value, path, errors)
+        }
+        "chat.gel.assistant.subscribeReply#observation" => {
+            type T = chat::gel::assistant::subscribe_reply::Observation;
+            support::validate_data::<T>(value, path, errors)
+        }
+        "chat.gel.assistant.subscribeReply#effects" => {
+            type T = chat::gel::assistant::subscribe_reply::Effects;
+            support::validate_data::<T>(value, path, errors)
+        }
+        "chat.gel.assistant.subscribeReply#subject" => {
+            type T = chat::gel::assistant::subscribe_reply::Subject;
             support::validate_data::<T>(value, path, errors)
         }
         "chat.gel.assistant.subscribeReply#confirmation" => {

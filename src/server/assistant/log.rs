@@ -10,40 +10,20 @@
 
 use std::sync::Mutex;
 
-use ipld_core::ipld::Ipld;
 use tokio::sync::watch;
 
 use crate::chat::AssistantEvent;
-use crate::model::encode_dag_cbor;
 use crate::repo::events::error_frame;
 
 /// `event` as a binary `subscribeReply` message with sequence number
 /// `seq`: the header `{op: 1, t: "#name"}` then the body (the event
 /// without `$type`), both DAG-CBOR.
 pub fn event_frame(event: &AssistantEvent, seq: u64) -> Vec<u8> {
-    let message = event.to_frame(i64::try_from(seq).unwrap_or(i64::MAX));
-    let name = message.type_id().rsplit('#').next().unwrap_or_default();
-    let header = Ipld::Map(
-        [
-            ("op".to_owned(), Ipld::Integer(1)),
-            ("t".to_owned(), Ipld::String(format!("#{name}"))),
-        ]
-        .into(),
-    );
-    let encoded = ipld_core::serde::to_ipld(&message)
-        .map_err(|e| e.to_string())
-        .and_then(|mut body| {
-            if let Ipld::Map(m) = &mut body {
-                m.remove("$type");
-            }
-            let mut out = encode_dag_cbor(&header).map_err(|e| e.to_string())?;
-            out.extend(encode_dag_cbor(&body).map_err(|e| e.to_string())?);
-            Ok(out)
-        });
-    // The generated types convert (strings, integers, maps; `args` was
-    // checked to be a lexicon `unknown` by `to_frame`); should one not,
-    // the subscriber gets an error frame instead of undecodable bytes.
-    encoded.unwrap_or_else(|e| {
+    // The generated types convert (strings, integers, maps; `args` and
+    // `body` were checked to be a lexicon `unknown` by `to_frame`); should
+    // one not, the subscriber gets an error frame instead of undecodable
+    // bytes.
+    event.frame_bytes(seq).unwrap_or_else(|e| {
         tracing::error!("subscribeReply: event {seq} does not encode: {e}");
         error_frame("InternalServerError", "an event could not be encoded")
     })

@@ -729,6 +729,10 @@ pub struct ToolCallPart {
     pub source: Option<String>,
     /// The app's name for the tool, such as 'web_search' or 'mcp_<server>_<tool>'.
     pub name: String,
+    /// What the call may do, as its tool declared it when the run offered it.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effects: Option<crate::lexicon::chat::gel::assistant::subscribe_reply::Effects>,
     /// Fields this version of the lexicon does not declare, kept as they are.
     #[serde(flatten)]
     pub extra: support::Extra,
@@ -768,6 +772,10 @@ impl support::Validate for ToolCallPart {
         }
         let p = path.key("name");
         support::max_length(self.name.as_str(), 128, &p, errors);
+        if let Some(v) = &self.effects {
+            let p = path.key("effects");
+            v.validate_at(&p, errors);
+        }
         support::extra(&self.extra, path, errors);
     }
 }
@@ -844,8 +852,23 @@ pub struct ToolResultPart {
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// With outcome 'accepted': the id of the work the tool queued (an MCP task's taskId).
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<crate::lexicon::chat::gel::assistant::subscribe_reply::Subject>,
+    /// With a jobId: what the run observed of the work, in order (as its #observation events said).
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub observations: Option<Vec<ToolObservation>>,
     /// Tool output as text or JSON-encoded data.
     pub output: String,
+    /// 'json' when output is the tool's structured result as JSON text; 'text' (the default) otherwise.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_format: Option<ToolResultPartOutputFormat>,
     /// Used when the output is too long for the output record. Output will contain a summary in that case.
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -878,8 +901,28 @@ impl support::Validate for ToolResultPart {
             let p = path.key("label");
             support::max_length(v.as_str(), 1000, &p, errors);
         }
+        if let Some(v) = &self.job_id {
+            let p = path.key("jobId");
+            support::max_length(v.as_str(), 512, &p, errors);
+        }
+        if let Some(v) = &self.subject {
+            let p = path.key("subject");
+            v.validate_at(&p, errors);
+        }
+        if let Some(v) = &self.observations {
+            let p = path.key("observations");
+            support::max_items(v.len(), 64, &p, errors);
+            for (i, v) in v.iter().enumerate() {
+                let p = p.index(i);
+                v.validate_at(&p, errors);
+            }
+        }
         let p = path.key("output");
         support::max_length(self.output.as_str(), 500000, &p, errors);
+        if let Some(v) = &self.output_format {
+            let p = path.key("outputFormat");
+            support::max_length(v.as_str(), 64, &p, errors);
+        }
         if let Some(v) = &self.output_blob {
             let p = path.key("outputBlob");
             support::max_size(v, 50000000, &p, errors);
@@ -940,6 +983,204 @@ impl serde::Serialize for ToolResultPartOutcome {
 }
 
 impl<'de> serde::Deserialize<'de> for ToolResultPartOutcome {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        support::deserialize_str_enum(d)
+    }
+}
+
+/// 'json' when output is the tool's structured result as JSON text; 'text' (the default) otherwise.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ToolResultPartOutputFormat {
+    /// `text`
+    Text,
+    /// `json`
+    Json,
+    /// A value this version of the lexicon does not know.
+    Other(String),
+}
+
+impl ToolResultPartOutputFormat {
+    /// The string this value stands for.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Text => "text",
+            Self::Json => "json",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl support::StringEnum for ToolResultPartOutputFormat {
+    fn as_str(&self) -> &str {
+        self.as_str()
+    }
+
+    fn from_string(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "text" => Ok(Self::Text),
+            "json" => Ok(Self::Json),
+            _ => Ok(Self::Other(s)),
+        }
+    }
+}
+
+impl serde::Serialize for ToolResultPartOutputFormat {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        support::serialize_str_enum(self, s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ToolResultPartOutputFormat {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        support::deserialize_str_enum(d)
+    }
+}
+
+/// One observation of the work an accepted call queued. Observations follow the tool results of their turn, before the next model turn.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolObservation {
+    /// Its place among the observations that followed the same group of tool results, from 0 (a replay sends them in this order, after the group).
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub seq: Option<i64>,
+    pub state: ToolObservationState,
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<ToolObservationReason>,
+    /// Fields this version of the lexicon does not declare, kept as they are.
+    #[serde(flatten)]
+    pub extra: support::Extra,
+}
+
+impl support::Validate for ToolObservation {
+    fn validate_at(&self, path: &support::Path<'_>, errors: &mut support::Errors) {
+        if let Some(v) = &self.seq {
+            let p = path.key("seq");
+            support::minimum(*v, 0, &p, errors);
+        }
+        let p = path.key("state");
+        support::max_length(self.state.as_str(), 64, &p, errors);
+        if let Some(v) = &self.text {
+            let p = path.key("text");
+            support::max_length(v.as_str(), 10000, &p, errors);
+        }
+        if let Some(v) = &self.reason {
+            let p = path.key("reason");
+            support::max_length(v.as_str(), 64, &p, errors);
+        }
+        support::extra(&self.extra, path, errors);
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ToolObservationState {
+    /// `awaited`
+    Awaited,
+    /// `captured`
+    Captured,
+    /// `silent`
+    Silent,
+    /// `interrupted`
+    Interrupted,
+    /// `unavailable`
+    Unavailable,
+    /// A value this version of the lexicon does not know.
+    Other(String),
+}
+
+impl ToolObservationState {
+    /// The string this value stands for.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Awaited => "awaited",
+            Self::Captured => "captured",
+            Self::Silent => "silent",
+            Self::Interrupted => "interrupted",
+            Self::Unavailable => "unavailable",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl support::StringEnum for ToolObservationState {
+    fn as_str(&self) -> &str {
+        self.as_str()
+    }
+
+    fn from_string(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "awaited" => Ok(Self::Awaited),
+            "captured" => Ok(Self::Captured),
+            "silent" => Ok(Self::Silent),
+            "interrupted" => Ok(Self::Interrupted),
+            "unavailable" => Ok(Self::Unavailable),
+            _ => Ok(Self::Other(s)),
+        }
+    }
+}
+
+impl serde::Serialize for ToolObservationState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        support::serialize_str_enum(self, s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ToolObservationState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        support::deserialize_str_enum(d)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ToolObservationReason {
+    /// `cancelled`
+    Cancelled,
+    /// `exhausted`
+    Exhausted,
+    /// `failed`
+    Failed,
+    /// A value this version of the lexicon does not know.
+    Other(String),
+}
+
+impl ToolObservationReason {
+    /// The string this value stands for.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Cancelled => "cancelled",
+            Self::Exhausted => "exhausted",
+            Self::Failed => "failed",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl support::StringEnum for ToolObservationReason {
+    fn as_str(&self) -> &str {
+        self.as_str()
+    }
+
+    fn from_string(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "cancelled" => Ok(Self::Cancelled),
+            "exhausted" => Ok(Self::Exhausted),
+            "failed" => Ok(Self::Failed),
+            _ => Ok(Self::Other(s)),
+        }
+    }
+}
+
+impl serde::Serialize for ToolObservationReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        support::serialize_str_enum(self, s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ToolObservationReason {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         support::deserialize_str_enum(d)
     }

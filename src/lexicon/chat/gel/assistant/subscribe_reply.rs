@@ -44,6 +44,8 @@ pub enum SubscribeReplyMessage {
     ToolCall(ToolCall),
     /// `chat.gel.assistant.subscribeReply#toolResult`
     ToolResult(ToolResult),
+    /// `chat.gel.assistant.subscribeReply#observation`
+    Observation(Observation),
     /// `chat.gel.assistant.subscribeReply#confirmRequired`
     ConfirmRequired(ConfirmRequired),
     /// `chat.gel.assistant.subscribeReply#error`
@@ -61,6 +63,7 @@ impl SubscribeReplyMessage {
         "chat.gel.assistant.subscribeReply#message",
         "chat.gel.assistant.subscribeReply#toolCall",
         "chat.gel.assistant.subscribeReply#toolResult",
+        "chat.gel.assistant.subscribeReply#observation",
         "chat.gel.assistant.subscribeReply#confirmRequired",
         "chat.gel.assistant.subscribeReply#error",
         "chat.gel.assistant.subscribeReply#done",
@@ -73,9 +76,10 @@ impl SubscribeReplyMessage {
             Self::Message(_) => Self::TYPE_IDS[1],
             Self::ToolCall(_) => Self::TYPE_IDS[2],
             Self::ToolResult(_) => Self::TYPE_IDS[3],
-            Self::ConfirmRequired(_) => Self::TYPE_IDS[4],
-            Self::Error(_) => Self::TYPE_IDS[5],
-            Self::Done(_) => Self::TYPE_IDS[6],
+            Self::Observation(_) => Self::TYPE_IDS[4],
+            Self::ConfirmRequired(_) => Self::TYPE_IDS[5],
+            Self::Error(_) => Self::TYPE_IDS[6],
+            Self::Done(_) => Self::TYPE_IDS[7],
             Self::Unknown(v) => v.type_id().unwrap_or_default(),
         }
     }
@@ -95,6 +99,9 @@ impl SubscribeReplyMessage {
             }
             "chat.gel.assistant.subscribeReply#toolResult" => {
                 support::from_ipld(body).map(Self::ToolResult)
+            }
+            "chat.gel.assistant.subscribeReply#observation" => {
+                support::from_ipld(body).map(Self::Observation)
             }
             "chat.gel.assistant.subscribeReply#confirmRequired" => {
                 support::from_ipld(body).map(Self::ConfirmRequired)
@@ -119,9 +126,10 @@ impl serde::Serialize for SubscribeReplyMessage {
             Self::Message(v) => support::tagged(s, Self::TYPE_IDS[1], v),
             Self::ToolCall(v) => support::tagged(s, Self::TYPE_IDS[2], v),
             Self::ToolResult(v) => support::tagged(s, Self::TYPE_IDS[3], v),
-            Self::ConfirmRequired(v) => support::tagged(s, Self::TYPE_IDS[4], v),
-            Self::Error(v) => support::tagged(s, Self::TYPE_IDS[5], v),
-            Self::Done(v) => support::tagged(s, Self::TYPE_IDS[6], v),
+            Self::Observation(v) => support::tagged(s, Self::TYPE_IDS[4], v),
+            Self::ConfirmRequired(v) => support::tagged(s, Self::TYPE_IDS[5], v),
+            Self::Error(v) => support::tagged(s, Self::TYPE_IDS[6], v),
+            Self::Done(v) => support::tagged(s, Self::TYPE_IDS[7], v),
             Self::Unknown(v) => serde::Serialize::serialize(v, s),
         }
     }
@@ -141,6 +149,7 @@ impl support::Validate for SubscribeReplyMessage {
             Self::Message(v) => v.validate_at(path, errors),
             Self::ToolCall(v) => v.validate_at(path, errors),
             Self::ToolResult(v) => v.validate_at(path, errors),
+            Self::Observation(v) => v.validate_at(path, errors),
             Self::ConfirmRequired(v) => v.validate_at(path, errors),
             Self::Error(v) => v.validate_at(path, errors),
             Self::Done(v) => v.validate_at(path, errors),
@@ -283,6 +292,14 @@ pub struct ToolCall {
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// What the action may do, as its tool declares it.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effects: Option<Effects>,
+    /// Seed 000's flag for an action the loop scheduled itself (a map check in Dezfil). gelstore never schedules one and never sends it.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub automatic: Option<bool>,
     /// Fields this version of the lexicon does not declare, kept as they are.
     #[serde(flatten)]
     pub extra: support::Extra,
@@ -307,6 +324,10 @@ impl support::Validate for ToolCall {
         if let Some(v) = &self.label {
             let p = path.key("label");
             support::max_length(v.as_str(), 1000, &p, errors);
+        }
+        if let Some(v) = &self.effects {
+            let p = path.key("effects");
+            v.validate_at(&p, errors);
         }
         support::extra(&self.extra, path, errors);
     }
@@ -334,6 +355,41 @@ pub struct ToolResult {
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub decision: Option<ToolResultDecision>,
+    /// False when the tool reported an error (the output says which); true otherwise.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ok: Option<bool>,
+    /// The output the tool gave, when it is a JSON object the data model can hold. Otherwise bodyJson carries it.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body: Option<support::Data>,
+    /// The output as JSON text: a JSON string for text output, or the structured output when body cannot hold it. Never set beside body.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub body_json: Option<String>,
+    /// With outcome 'accepted': the id of the asynchronous work the tool queued (an MCP task's taskId). #observation events follow until it settles or none will come.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// What the action may do, as its tool declares it.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effects: Option<Effects>,
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<Subject>,
+    /// Seed 000's undo history of an action (Dezfil's domain). gelstore never sends it.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub history: Option<support::Data>,
+    /// Seed 000's facts of a map render (Dezfil's domain). gelstore never sends it.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub render: Option<support::Data>,
+    /// Seed 000's flag for an action the loop scheduled itself (a map check in Dezfil). gelstore never schedules one and never sends it.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub automatic: Option<bool>,
     /// Fields this version of the lexicon does not declare, kept as they are.
     #[serde(flatten)]
     pub extra: support::Extra,
@@ -362,6 +418,34 @@ impl support::Validate for ToolResult {
         if let Some(v) = &self.decision {
             let p = path.key("decision");
             support::max_length(v.as_str(), 64, &p, errors);
+        }
+        if let Some(v) = &self.body {
+            let p = path.key("body");
+            support::unknown(v, crate::lexicon::validate_by_type, &p, errors);
+        }
+        if let Some(v) = &self.body_json {
+            let p = path.key("bodyJson");
+            support::max_length(v.as_str(), 600000, &p, errors);
+        }
+        if let Some(v) = &self.job_id {
+            let p = path.key("jobId");
+            support::max_length(v.as_str(), 512, &p, errors);
+        }
+        if let Some(v) = &self.effects {
+            let p = path.key("effects");
+            v.validate_at(&p, errors);
+        }
+        if let Some(v) = &self.subject {
+            let p = path.key("subject");
+            v.validate_at(&p, errors);
+        }
+        if let Some(v) = &self.history {
+            let p = path.key("history");
+            support::unknown(v, crate::lexicon::validate_by_type, &p, errors);
+        }
+        if let Some(v) = &self.render {
+            let p = path.key("render");
+            support::unknown(v, crate::lexicon::validate_by_type, &p, errors);
         }
         support::extra(&self.extra, path, errors);
     }
@@ -487,6 +571,10 @@ pub struct ConfirmRequired {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
     pub confirmation: Confirmation,
+    /// What the action may do, as its tool declares it.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effects: Option<Effects>,
     /// Fields this version of the lexicon does not declare, kept as they are.
     #[serde(flatten)]
     pub extra: support::Extra,
@@ -510,6 +598,232 @@ impl support::Validate for ConfirmRequired {
         }
         let p = path.key("confirmation");
         self.confirmation.validate_at(&p, errors);
+        if let Some(v) = &self.effects {
+            let p = path.key("effects");
+            v.validate_at(&p, errors);
+        }
+        support::extra(&self.extra, path, errors);
+    }
+}
+
+/// What became of the asynchronous work an accepted call queued. 'awaited': still running (text says how far); 'captured': it settled and its result was taken; 'silent': no word will come (reason says why); 'interrupted': the run stopped while waiting; 'unavailable': the work failed or was cancelled (reason).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Observation {
+    pub seq: i64,
+    /// The call whose work is observed (its callId).
+    pub id: String,
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    pub state: ObservationState,
+    /// The sentence to show.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Why no observation will come.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<ObservationReason>,
+    /// Fields this version of the lexicon does not declare, kept as they are.
+    #[serde(flatten)]
+    pub extra: support::Extra,
+}
+
+impl support::Validate for Observation {
+    fn validate_at(&self, path: &support::Path<'_>, errors: &mut support::Errors) {
+        let p = path.key("seq");
+        support::minimum(self.seq, 0, &p, errors);
+        let p = path.key("id");
+        support::max_length(self.id.as_str(), 256, &p, errors);
+        if let Some(v) = &self.job_id {
+            let p = path.key("jobId");
+            support::max_length(v.as_str(), 512, &p, errors);
+        }
+        let p = path.key("state");
+        support::max_length(self.state.as_str(), 64, &p, errors);
+        if let Some(v) = &self.text {
+            let p = path.key("text");
+            support::max_length(v.as_str(), 10000, &p, errors);
+        }
+        if let Some(v) = &self.reason {
+            let p = path.key("reason");
+            support::max_length(v.as_str(), 64, &p, errors);
+        }
+        support::extra(&self.extra, path, errors);
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ObservationState {
+    /// `awaited`
+    Awaited,
+    /// `captured`
+    Captured,
+    /// `silent`
+    Silent,
+    /// `interrupted`
+    Interrupted,
+    /// `unavailable`
+    Unavailable,
+    /// A value this version of the lexicon does not know.
+    Other(String),
+}
+
+impl ObservationState {
+    /// The string this value stands for.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Awaited => "awaited",
+            Self::Captured => "captured",
+            Self::Silent => "silent",
+            Self::Interrupted => "interrupted",
+            Self::Unavailable => "unavailable",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl support::StringEnum for ObservationState {
+    fn as_str(&self) -> &str {
+        self.as_str()
+    }
+
+    fn from_string(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "awaited" => Ok(Self::Awaited),
+            "captured" => Ok(Self::Captured),
+            "silent" => Ok(Self::Silent),
+            "interrupted" => Ok(Self::Interrupted),
+            "unavailable" => Ok(Self::Unavailable),
+            _ => Ok(Self::Other(s)),
+        }
+    }
+}
+
+impl serde::Serialize for ObservationState {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        support::serialize_str_enum(self, s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ObservationState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        support::deserialize_str_enum(d)
+    }
+}
+
+/// Why no observation will come.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ObservationReason {
+    /// `cancelled`
+    Cancelled,
+    /// `exhausted`
+    Exhausted,
+    /// `failed`
+    Failed,
+    /// A value this version of the lexicon does not know.
+    Other(String),
+}
+
+impl ObservationReason {
+    /// The string this value stands for.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Cancelled => "cancelled",
+            Self::Exhausted => "exhausted",
+            Self::Failed => "failed",
+            Self::Other(s) => s,
+        }
+    }
+}
+
+impl support::StringEnum for ObservationReason {
+    fn as_str(&self) -> &str {
+        self.as_str()
+    }
+
+    fn from_string(s: String) -> Result<Self, String> {
+        match s.as_str() {
+            "cancelled" => Ok(Self::Cancelled),
+            "exhausted" => Ok(Self::Exhausted),
+            "failed" => Ok(Self::Failed),
+            _ => Ok(Self::Other(s)),
+        }
+    }
+}
+
+impl serde::Serialize for ObservationReason {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        support::serialize_str_enum(self, s)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ObservationReason {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        support::deserialize_str_enum(d)
+    }
+}
+
+/// What an action may do, as its tool declares it (the MCP tool annotations, which are hints from the server, not guarantees).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Effects {
+    /// It only reads.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_only: Option<bool>,
+    /// It may delete or overwrite data.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub destructive: Option<bool>,
+    /// Running it again with the same arguments changes nothing more.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub idempotent: Option<bool>,
+    /// It reaches outside its server (the web, other services).
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub open_world: Option<bool>,
+    /// Fields this version of the lexicon does not declare, kept as they are.
+    #[serde(flatten)]
+    pub extra: support::Extra,
+}
+
+impl support::Validate for Effects {
+    fn validate_at(&self, path: &support::Path<'_>, errors: &mut support::Errors) {
+        support::extra(&self.extra, path, errors);
+    }
+}
+
+/// What the action produced or acted on, where the tool says so (the first resource link of an MCP result).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Subject {
+    pub uri: support::Uri,
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// Fields this version of the lexicon does not declare, kept as they are.
+    #[serde(flatten)]
+    pub extra: support::Extra,
+}
+
+impl support::Validate for Subject {
+    fn validate_at(&self, path: &support::Path<'_>, errors: &mut support::Errors) {
+        let p = path.key("uri");
+        support::max_length(self.uri.as_str(), 8192, &p, errors);
+        if let Some(v) = &self.name {
+            let p = path.key("name");
+            support::max_length(v.as_str(), 1000, &p, errors);
+        }
+        if let Some(v) = &self.mime_type {
+            let p = path.key("mimeType");
+            support::max_length(v.as_str(), 256, &p, errors);
+        }
         support::extra(&self.extra, path, errors);
     }
 }
@@ -542,6 +856,7 @@ impl support::Validate for Confirmation {
 #[serde(rename_all = "camelCase")]
 pub struct Error {
     pub seq: i64,
+    /// A seed 000 code. Every code of seed 000 is listed so a client written against it validates; gelstore emits only the ones docs/events.md maps a failure to. Open: a new code stays valid.
     pub code: ErrorCode,
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -565,38 +880,295 @@ impl support::Validate for Error {
     }
 }
 
+/// A seed 000 code. Every code of seed 000 is listed so a client written against it validates; gelstore emits only the ones docs/events.md maps a failure to. Open: a new code stays valid.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ErrorCode {
-    /// `assistant_provider`
-    AssistantProvider,
-    /// `assistant_auth`
-    AssistantAuth,
+    /// `picture_upload_retired`
+    PictureUploadRetired,
+    /// `setting_locked`
+    SettingLocked,
+    /// `project_owner_cannot_leave`
+    ProjectOwnerCannotLeave,
+    /// `method_not_allowed`
+    MethodNotAllowed,
+    /// `authentication_required`
+    AuthenticationRequired,
+    /// `invalid_credentials`
+    InvalidCredentials,
+    /// `account_deactivated`
+    AccountDeactivated,
+    /// `setup_complete`
+    SetupComplete,
+    /// `weak_password`
+    WeakPassword,
+    /// `email_taken`
+    EmailTaken,
+    /// `self_change_refused`
+    SelfChangeRefused,
+    /// `account_not_deactivated`
+    AccountNotDeactivated,
+    /// `deletion_in_progress`
+    DeletionInProgress,
+    /// `deletion_unreadable`
+    DeletionUnreadable,
+    /// `deletion_changed`
+    DeletionChanged,
+    /// `last_admin`
+    LastAdmin,
+    /// `forbidden`
+    Forbidden,
+    /// `invalid_link`
+    InvalidLink,
+    /// `token_expired`
+    TokenExpired,
+    /// `rule_refused`
+    RuleRefused,
+    /// `current_password_required`
+    CurrentPasswordRequired,
+    /// `authentication_busy`
+    AuthenticationBusy,
+    /// `ingress_unavailable`
+    IngressUnavailable,
+    /// `geometry_not_supported`
+    GeometryNotSupported,
+    /// `geometry_choice_invalid`
+    GeometryChoiceInvalid,
+    /// `geometry_in_flight`
+    GeometryInFlight,
+    /// `unsupported_format`
+    UnsupportedFormat,
+    /// `unsupported_image`
+    UnsupportedImage,
+    /// `image_too_large`
+    ImageTooLarge,
+    /// `upload_too_large`
+    UploadTooLarge,
+    /// `archive_too_large`
+    ArchiveTooLarge,
+    /// `remote_fetch_failed`
+    RemoteFetchFailed,
+    /// `remote_fetch_abandoned`
+    RemoteFetchAbandoned,
+    /// `remote_too_large`
+    RemoteTooLarge,
+    /// `remote_timeout`
+    RemoteTimeout,
+    /// `egress_blocked`
+    EgressBlocked,
+    /// `imagery_unavailable`
+    ImageryUnavailable,
+    /// `area_too_large`
+    AreaTooLarge,
+    /// `name_taken`
+    NameTaken,
+    /// `not_refreshable`
+    NotRefreshable,
+    /// `dependencies_unresolved`
+    DependenciesUnresolved,
+    /// `export_failed`
+    ExportFailed,
+    /// `refresh_in_flight`
+    RefreshInFlight,
+    /// `connection_failed`
+    ConnectionFailed,
+    /// `connection_password_required`
+    ConnectionPasswordRequired,
+    /// `malformed_file`
+    MalformedFile,
+    /// `request_body_too_large`
+    RequestBodyTooLarge,
+    /// `mcp_read_failed`
+    McpReadFailed,
+    /// `mcp_transport_failed`
+    McpTransportFailed,
+    /// `mcp_response_invalid`
+    McpResponseInvalid,
+    /// `stale_revision`
+    StaleRevision,
+    /// `invalid_request`
+    InvalidRequest,
+    /// `not_found`
+    NotFound,
+    /// `sql_rejected`
+    SqlRejected,
+    /// `sql_error`
+    SqlError,
+    /// `query_timeout`
+    QueryTimeout,
+    /// `engine_memory_exceeded`
+    EngineMemoryExceeded,
+    /// `data_processing_timeout`
+    DataProcessingTimeout,
+    /// `request_timeout`
+    RequestTimeout,
+    /// `upload_stalled`
+    UploadStalled,
+    /// `render_bytes_exceeded`
+    RenderBytesExceeded,
+    /// `query_memory_exceeded`
+    QueryMemoryExceeded,
+    /// `query_result_too_large`
+    QueryResultTooLarge,
+    /// `tile_build_timeout`
+    TileBuildTimeout,
+    /// `render_cap_exceeded`
+    RenderCapExceeded,
+    /// `tiler_unavailable`
+    TilerUnavailable,
+    /// `tile_build_failed`
+    TileBuildFailed,
+    /// `render_unavailable`
+    RenderUnavailable,
+    /// `render_timeout`
+    RenderTimeout,
+    /// `render_failed`
+    RenderFailed,
+    /// `look_target_missing`
+    LookTargetMissing,
+    /// `look_image_too_large`
+    LookImageTooLarge,
+    /// `look_image_unavailable`
+    LookImageUnavailable,
+    /// `attachment_too_large`
+    AttachmentTooLarge,
+    /// `operation_timeout`
+    OperationTimeout,
+    /// `operation_queue_full`
+    OperationQueueFull,
+    /// `run_in_flight`
+    RunInFlight,
+    /// `plan_changed`
+    PlanChanged,
+    /// `operation_interrupted`
+    OperationInterrupted,
+    /// `input_changed`
+    InputChanged,
+    /// `geocoder_unconfigured`
+    GeocoderUnconfigured,
+    /// `geocoder_failed`
+    GeocoderFailed,
+    /// `isochrone_unconfigured`
+    IsochroneUnconfigured,
+    /// `isochrone_failed`
+    IsochroneFailed,
+    /// `service_address_unreadable`
+    ServiceAddressUnreadable,
+    /// `basemap_not_offered`
+    BasemapNotOffered,
+    /// `measurement_crs_unavailable`
+    MeasurementCrsUnavailable,
+    /// `operation_superseded`
+    OperationSuperseded,
+    /// `widget_layer_missing`
+    WidgetLayerMissing,
+    /// `column_unavailable`
+    ColumnUnavailable,
+    /// `field_not_published`
+    FieldNotPublished,
+    /// `catalogue_not_published`
+    CatalogueNotPublished,
+    /// `selection_incompatible`
+    SelectionIncompatible,
+    /// `rate_limited`
+    RateLimited,
+    /// `catalogue_too_large`
+    CatalogueTooLarge,
+    /// `assistant_reservation_required`
+    AssistantReservationRequired,
+    /// `assistant_run_unavailable`
+    AssistantRunUnavailable,
+    /// `assistant_run_conflict`
+    AssistantRunConflict,
     /// `assistant_capacity`
     AssistantCapacity,
+    /// `assistant_run_state`
+    AssistantRunState,
+    /// `assistant_submission_too_large`
+    AssistantSubmissionTooLarge,
+    /// `assistant_recovery_limit`
+    AssistantRecoveryLimit,
+    /// `assistant_plan_unavailable`
+    AssistantPlanUnavailable,
+    /// `assistant_action_uncertain`
+    AssistantActionUncertain,
+    /// `assistant_action_interrupted`
+    AssistantActionInterrupted,
+    /// `assistant_action_not_admitted`
+    AssistantActionNotAdmitted,
+    /// `assistant_choice_invalid`
+    AssistantChoiceInvalid,
     /// `assistant_model_not_offered`
     AssistantModelNotOffered,
     /// `assistant_effort_not_offered`
     AssistantEffortNotOffered,
     /// `assistant_effort_not_supported`
     AssistantEffortNotSupported,
+    /// `assistant_context_invalid`
+    AssistantContextInvalid,
     /// `assistant_context_too_large`
     AssistantContextTooLarge,
-    /// `assistant_run_conflict`
-    AssistantRunConflict,
-    /// `assistant_action_uncertain`
-    AssistantActionUncertain,
-    /// `assistant_action_interrupted`
-    AssistantActionInterrupted,
-    /// `rate_limited`
-    RateLimited,
-    /// `request_timeout`
-    RequestTimeout,
+    /// `assistant_context_unavailable`
+    AssistantContextUnavailable,
+    /// `assistant_disabled`
+    AssistantDisabled,
+    /// `assistant_auth`
+    AssistantAuth,
+    /// `assistant_provider`
+    AssistantProvider,
     /// `pending_unknown`
     PendingUnknown,
     /// `pending_resolved`
     PendingResolved,
     /// `pending_superseded`
     PendingSuperseded,
+    /// `invalid_sketch_feature`
+    InvalidSketchFeature,
+    /// `not_a_sketch`
+    NotASketch,
+    /// `feature_not_found`
+    FeatureNotFound,
+    /// `vertex_move_refused`
+    VertexMoveRefused,
+    /// `sketch_gone`
+    SketchGone,
+    /// `map_not_found`
+    MapNotFound,
+    /// `template_not_listed`
+    TemplateNotListed,
+    /// `templates_catalogue_off`
+    TemplatesCatalogueOff,
+    /// `template_archive_too_large`
+    TemplateArchiveTooLarge,
+    /// `template_checksum_mismatch`
+    TemplateChecksumMismatch,
+    /// `template_unpacked_too_large`
+    TemplateUnpackedTooLarge,
+    /// `template_malformed`
+    TemplateMalformed,
+    /// `template_entry_escapes`
+    TemplateEntryEscapes,
+    /// `template_members_mismatch`
+    TemplateMembersMismatch,
+    /// `template_format_unsupported`
+    TemplateFormatUnsupported,
+    /// `template_invalid`
+    TemplateInvalid,
+    /// `template_forbidden`
+    TemplateForbidden,
+    /// `template_picture_too_large`
+    TemplatePictureTooLarge,
+    /// `template_licence_refused`
+    TemplateLicenceRefused,
+    /// `template_credit_missing`
+    TemplateCreditMissing,
+    /// `template_reference_outside`
+    TemplateReferenceOutside,
+    /// `template_record_mismatch`
+    TemplateRecordMismatch,
+    /// `template_not_installed`
+    TemplateNotInstalled,
+    /// `template_reference_unbound`
+    TemplateReferenceUnbound,
     /// `internal`
     Internal,
     /// A value this version of the lexicon does not know.
@@ -607,21 +1179,149 @@ impl ErrorCode {
     /// The string this value stands for.
     pub fn as_str(&self) -> &str {
         match self {
-            Self::AssistantProvider => "assistant_provider",
-            Self::AssistantAuth => "assistant_auth",
+            Self::PictureUploadRetired => "picture_upload_retired",
+            Self::SettingLocked => "setting_locked",
+            Self::ProjectOwnerCannotLeave => "project_owner_cannot_leave",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::AuthenticationRequired => "authentication_required",
+            Self::InvalidCredentials => "invalid_credentials",
+            Self::AccountDeactivated => "account_deactivated",
+            Self::SetupComplete => "setup_complete",
+            Self::WeakPassword => "weak_password",
+            Self::EmailTaken => "email_taken",
+            Self::SelfChangeRefused => "self_change_refused",
+            Self::AccountNotDeactivated => "account_not_deactivated",
+            Self::DeletionInProgress => "deletion_in_progress",
+            Self::DeletionUnreadable => "deletion_unreadable",
+            Self::DeletionChanged => "deletion_changed",
+            Self::LastAdmin => "last_admin",
+            Self::Forbidden => "forbidden",
+            Self::InvalidLink => "invalid_link",
+            Self::TokenExpired => "token_expired",
+            Self::RuleRefused => "rule_refused",
+            Self::CurrentPasswordRequired => "current_password_required",
+            Self::AuthenticationBusy => "authentication_busy",
+            Self::IngressUnavailable => "ingress_unavailable",
+            Self::GeometryNotSupported => "geometry_not_supported",
+            Self::GeometryChoiceInvalid => "geometry_choice_invalid",
+            Self::GeometryInFlight => "geometry_in_flight",
+            Self::UnsupportedFormat => "unsupported_format",
+            Self::UnsupportedImage => "unsupported_image",
+            Self::ImageTooLarge => "image_too_large",
+            Self::UploadTooLarge => "upload_too_large",
+            Self::ArchiveTooLarge => "archive_too_large",
+            Self::RemoteFetchFailed => "remote_fetch_failed",
+            Self::RemoteFetchAbandoned => "remote_fetch_abandoned",
+            Self::RemoteTooLarge => "remote_too_large",
+            Self::RemoteTimeout => "remote_timeout",
+            Self::EgressBlocked => "egress_blocked",
+            Self::ImageryUnavailable => "imagery_unavailable",
+            Self::AreaTooLarge => "area_too_large",
+            Self::NameTaken => "name_taken",
+            Self::NotRefreshable => "not_refreshable",
+            Self::DependenciesUnresolved => "dependencies_unresolved",
+            Self::ExportFailed => "export_failed",
+            Self::RefreshInFlight => "refresh_in_flight",
+            Self::ConnectionFailed => "connection_failed",
+            Self::ConnectionPasswordRequired => "connection_password_required",
+            Self::MalformedFile => "malformed_file",
+            Self::RequestBodyTooLarge => "request_body_too_large",
+            Self::McpReadFailed => "mcp_read_failed",
+            Self::McpTransportFailed => "mcp_transport_failed",
+            Self::McpResponseInvalid => "mcp_response_invalid",
+            Self::StaleRevision => "stale_revision",
+            Self::InvalidRequest => "invalid_request",
+            Self::NotFound => "not_found",
+            Self::SqlRejected => "sql_rejected",
+            Self::SqlError => "sql_error",
+            Self::QueryTimeout => "query_timeout",
+            Self::EngineMemoryExceeded => "engine_memory_exceeded",
+            Self::DataProcessingTimeout => "data_processing_timeout",
+            Self::RequestTimeout => "request_timeout",
+            Self::UploadStalled => "upload_stalled",
+            Self::RenderBytesExceeded => "render_bytes_exceeded",
+            Self::QueryMemoryExceeded => "query_memory_exceeded",
+            Self::QueryResultTooLarge => "query_result_too_large",
+            Self::TileBuildTimeout => "tile_build_timeout",
+            Self::RenderCapExceeded => "render_cap_exceeded",
+            Self::TilerUnavailable => "tiler_unavailable",
+            Self::TileBuildFailed => "tile_build_failed",
+            Self::RenderUnavailable => "render_unavailable",
+            Self::RenderTimeout => "render_timeout",
+            Self::RenderFailed => "render_failed",
+            Self::LookTargetMissing => "look_target_missing",
+            Self::LookImageTooLarge => "look_image_too_large",
+            Self::LookImageUnavailable => "look_image_unavailable",
+            Self::AttachmentTooLarge => "attachment_too_large",
+            Self::OperationTimeout => "operation_timeout",
+            Self::OperationQueueFull => "operation_queue_full",
+            Self::RunInFlight => "run_in_flight",
+            Self::PlanChanged => "plan_changed",
+            Self::OperationInterrupted => "operation_interrupted",
+            Self::InputChanged => "input_changed",
+            Self::GeocoderUnconfigured => "geocoder_unconfigured",
+            Self::GeocoderFailed => "geocoder_failed",
+            Self::IsochroneUnconfigured => "isochrone_unconfigured",
+            Self::IsochroneFailed => "isochrone_failed",
+            Self::ServiceAddressUnreadable => "service_address_unreadable",
+            Self::BasemapNotOffered => "basemap_not_offered",
+            Self::MeasurementCrsUnavailable => "measurement_crs_unavailable",
+            Self::OperationSuperseded => "operation_superseded",
+            Self::WidgetLayerMissing => "widget_layer_missing",
+            Self::ColumnUnavailable => "column_unavailable",
+            Self::FieldNotPublished => "field_not_published",
+            Self::CatalogueNotPublished => "catalogue_not_published",
+            Self::SelectionIncompatible => "selection_incompatible",
+            Self::RateLimited => "rate_limited",
+            Self::CatalogueTooLarge => "catalogue_too_large",
+            Self::AssistantReservationRequired => "assistant_reservation_required",
+            Self::AssistantRunUnavailable => "assistant_run_unavailable",
+            Self::AssistantRunConflict => "assistant_run_conflict",
             Self::AssistantCapacity => "assistant_capacity",
+            Self::AssistantRunState => "assistant_run_state",
+            Self::AssistantSubmissionTooLarge => "assistant_submission_too_large",
+            Self::AssistantRecoveryLimit => "assistant_recovery_limit",
+            Self::AssistantPlanUnavailable => "assistant_plan_unavailable",
+            Self::AssistantActionUncertain => "assistant_action_uncertain",
+            Self::AssistantActionInterrupted => "assistant_action_interrupted",
+            Self::AssistantActionNotAdmitted => "assistant_action_not_admitted",
+            Self::AssistantChoiceInvalid => "assistant_choice_invalid",
             Self::AssistantModelNotOffered => "assistant_model_not_offered",
             Self::AssistantEffortNotOffered => "assistant_effort_not_offered",
             Self::AssistantEffortNotSupported => "assistant_effort_not_supported",
+            Self::AssistantContextInvalid => "assistant_context_invalid",
             Self::AssistantContextTooLarge => "assistant_context_too_large",
-            Self::AssistantRunConflict => "assistant_run_conflict",
-            Self::AssistantActionUncertain => "assistant_action_uncertain",
-            Self::AssistantActionInterrupted => "assistant_action_interrupted",
-            Self::RateLimited => "rate_limited",
-            Self::RequestTimeout => "request_timeout",
+            Self::AssistantContextUnavailable => "assistant_context_unavailable",
+            Self::AssistantDisabled => "assistant_disabled",
+            Self::AssistantAuth => "assistant_auth",
+            Self::AssistantProvider => "assistant_provider",
             Self::PendingUnknown => "pending_unknown",
             Self::PendingResolved => "pending_resolved",
             Self::PendingSuperseded => "pending_superseded",
+            Self::InvalidSketchFeature => "invalid_sketch_feature",
+            Self::NotASketch => "not_a_sketch",
+            Self::FeatureNotFound => "feature_not_found",
+            Self::VertexMoveRefused => "vertex_move_refused",
+            Self::SketchGone => "sketch_gone",
+            Self::MapNotFound => "map_not_found",
+            Self::TemplateNotListed => "template_not_listed",
+            Self::TemplatesCatalogueOff => "templates_catalogue_off",
+            Self::TemplateArchiveTooLarge => "template_archive_too_large",
+            Self::TemplateChecksumMismatch => "template_checksum_mismatch",
+            Self::TemplateUnpackedTooLarge => "template_unpacked_too_large",
+            Self::TemplateMalformed => "template_malformed",
+            Self::TemplateEntryEscapes => "template_entry_escapes",
+            Self::TemplateMembersMismatch => "template_members_mismatch",
+            Self::TemplateFormatUnsupported => "template_format_unsupported",
+            Self::TemplateInvalid => "template_invalid",
+            Self::TemplateForbidden => "template_forbidden",
+            Self::TemplatePictureTooLarge => "template_picture_too_large",
+            Self::TemplateLicenceRefused => "template_licence_refused",
+            Self::TemplateCreditMissing => "template_credit_missing",
+            Self::TemplateReferenceOutside => "template_reference_outside",
+            Self::TemplateRecordMismatch => "template_record_mismatch",
+            Self::TemplateNotInstalled => "template_not_installed",
+            Self::TemplateReferenceUnbound => "template_reference_unbound",
             Self::Internal => "internal",
             Self::Other(s) => s,
         }
@@ -635,21 +1335,149 @@ impl support::StringEnum for ErrorCode {
 
     fn from_string(s: String) -> Result<Self, String> {
         match s.as_str() {
-            "assistant_provider" => Ok(Self::AssistantProvider),
-            "assistant_auth" => Ok(Self::AssistantAuth),
+            "picture_upload_retired" => Ok(Self::PictureUploadRetired),
+            "setting_locked" => Ok(Self::SettingLocked),
+            "project_owner_cannot_leave" => Ok(Self::ProjectOwnerCannotLeave),
+            "method_not_allowed" => Ok(Self::MethodNotAllowed),
+            "authentication_required" => Ok(Self::AuthenticationRequired),
+            "invalid_credentials" => Ok(Self::InvalidCredentials),
+            "account_deactivated" => Ok(Self::AccountDeactivated),
+            "setup_complete" => Ok(Self::SetupComplete),
+            "weak_password" => Ok(Self::WeakPassword),
+            "email_taken" => Ok(Self::EmailTaken),
+            "self_change_refused" => Ok(Self::SelfChangeRefused),
+            "account_not_deactivated" => Ok(Self::AccountNotDeactivated),
+            "deletion_in_progress" => Ok(Self::DeletionInProgress),
+            "deletion_unreadable" => Ok(Self::DeletionUnreadable),
+            "deletion_changed" => Ok(Self::DeletionChanged),
+            "last_admin" => Ok(Self::LastAdmin),
+            "forbidden" => Ok(Self::Forbidden),
+            "invalid_link" => Ok(Self::InvalidLink),
+            "token_expired" => Ok(Self::TokenExpired),
+            "rule_refused" => Ok(Self::RuleRefused),
+            "current_password_required" => Ok(Self::CurrentPasswordRequired),
+            "authentication_busy" => Ok(Self::AuthenticationBusy),
+            "ingress_unavailable" => Ok(Self::IngressUnavailable),
+            "geometry_not_supported" => Ok(Self::GeometryNotSupported),
+            "geometry_choice_invalid" => Ok(Self::GeometryChoiceInvalid),
+            "geometry_in_flight" => Ok(Self::GeometryInFlight),
+            "unsupported_format" => Ok(Self::UnsupportedFormat),
+            "unsupported_image" => Ok(Self::UnsupportedImage),
+            "image_too_large" => Ok(Self::ImageTooLarge),
+            "upload_too_large" => Ok(Self::UploadTooLarge),
+            "archive_too_large" => Ok(Self::ArchiveTooLarge),
+            "remote_fetch_failed" => Ok(Self::RemoteFetchFailed),
+            "remote_fetch_abandoned" => Ok(Self::RemoteFetchAbandoned),
+            "remote_too_large" => Ok(Self::RemoteTooLarge),
+            "remote_timeout" => Ok(Self::RemoteTimeout),
+            "egress_blocked" => Ok(Self::EgressBlocked),
+            "imagery_unavailable" => Ok(Self::ImageryUnavailable),
+            "area_too_large" => Ok(Self::AreaTooLarge),
+            "name_taken" => Ok(Self::NameTaken),
+            "not_refreshable" => Ok(Self::NotRefreshable),
+            "dependencies_unresolved" => Ok(Self::DependenciesUnresolved),
+            "export_failed" => Ok(Self::ExportFailed),
+            "refresh_in_flight" => Ok(Self::RefreshInFlight),
+            "connection_failed" => Ok(Self::ConnectionFailed),
+            "connection_password_required" => Ok(Self::ConnectionPasswordRequired),
+            "malformed_file" => Ok(Self::MalformedFile),
+            "request_body_too_large" => Ok(Self::RequestBodyTooLarge),
+            "mcp_read_failed" => Ok(Self::McpReadFailed),
+            "mcp_transport_failed" => Ok(Self::McpTransportFailed),
+            "mcp_response_invalid" => Ok(Self::McpResponseInvalid),
+            "stale_revision" => Ok(Self::StaleRevision),
+            "invalid_request" => Ok(Self::InvalidRequest),
+            "not_found" => Ok(Self::NotFound),
+            "sql_rejected" => Ok(Self::SqlRejected),
+            "sql_error" => Ok(Self::SqlError),
+            "query_timeout" => Ok(Self::QueryTimeout),
+            "engine_memory_exceeded" => Ok(Self::EngineMemoryExceeded),
+            "data_processing_timeout" => Ok(Self::DataProcessingTimeout),
+            "request_timeout" => Ok(Self::RequestTimeout),
+            "upload_stalled" => Ok(Self::UploadStalled),
+            "render_bytes_exceeded" => Ok(Self::RenderBytesExceeded),
+            "query_memory_exceeded" => Ok(Self::QueryMemoryExceeded),
+            "query_result_too_large" => Ok(Self::QueryResultTooLarge),
+            "tile_build_timeout" => Ok(Self::TileBuildTimeout),
+            "render_cap_exceeded" => Ok(Self::RenderCapExceeded),
+            "tiler_unavailable" => Ok(Self::TilerUnavailable),
+            "tile_build_failed" => Ok(Self::TileBuildFailed),
+            "render_unavailable" => Ok(Self::RenderUnavailable),
+            "render_timeout" => Ok(Self::RenderTimeout),
+            "render_failed" => Ok(Self::RenderFailed),
+            "look_target_missing" => Ok(Self::LookTargetMissing),
+            "look_image_too_large" => Ok(Self::LookImageTooLarge),
+            "look_image_unavailable" => Ok(Self::LookImageUnavailable),
+            "attachment_too_large" => Ok(Self::AttachmentTooLarge),
+            "operation_timeout" => Ok(Self::OperationTimeout),
+            "operation_queue_full" => Ok(Self::OperationQueueFull),
+            "run_in_flight" => Ok(Self::RunInFlight),
+            "plan_changed" => Ok(Self::PlanChanged),
+            "operation_interrupted" => Ok(Self::OperationInterrupted),
+            "input_changed" => Ok(Self::InputChanged),
+            "geocoder_unconfigured" => Ok(Self::GeocoderUnconfigured),
+            "geocoder_failed" => Ok(Self::GeocoderFailed),
+            "isochrone_unconfigured" => Ok(Self::IsochroneUnconfigured),
+            "isochrone_failed" => Ok(Self::IsochroneFailed),
+            "service_address_unreadable" => Ok(Self::ServiceAddressUnreadable),
+            "basemap_not_offered" => Ok(Self::BasemapNotOffered),
+            "measurement_crs_unavailable" => Ok(Self::MeasurementCrsUnavailable),
+            "operation_superseded" => Ok(Self::OperationSuperseded),
+            "widget_layer_missing" => Ok(Self::WidgetLayerMissing),
+            "column_unavailable" => Ok(Self::ColumnUnavailable),
+            "field_not_published" => Ok(Self::FieldNotPublished),
+            "catalogue_not_published" => Ok(Self::CatalogueNotPublished),
+            "selection_incompatible" => Ok(Self::SelectionIncompatible),
+            "rate_limited" => Ok(Self::RateLimited),
+            "catalogue_too_large" => Ok(Self::CatalogueTooLarge),
+            "assistant_reservation_required" => Ok(Self::AssistantReservationRequired),
+            "assistant_run_unavailable" => Ok(Self::AssistantRunUnavailable),
+            "assistant_run_conflict" => Ok(Self::AssistantRunConflict),
             "assistant_capacity" => Ok(Self::AssistantCapacity),
+            "assistant_run_state" => Ok(Self::AssistantRunState),
+            "assistant_submission_too_large" => Ok(Self::AssistantSubmissionTooLarge),
+            "assistant_recovery_limit" => Ok(Self::AssistantRecoveryLimit),
+            "assistant_plan_unavailable" => Ok(Self::AssistantPlanUnavailable),
+            "assistant_action_uncertain" => Ok(Self::AssistantActionUncertain),
+            "assistant_action_interrupted" => Ok(Self::AssistantActionInterrupted),
+            "assistant_action_not_admitted" => Ok(Self::AssistantActionNotAdmitted),
+            "assistant_choice_invalid" => Ok(Self::AssistantChoiceInvalid),
             "assistant_model_not_offered" => Ok(Self::AssistantModelNotOffered),
             "assistant_effort_not_offered" => Ok(Self::AssistantEffortNotOffered),
             "assistant_effort_not_supported" => Ok(Self::AssistantEffortNotSupported),
+            "assistant_context_invalid" => Ok(Self::AssistantContextInvalid),
             "assistant_context_too_large" => Ok(Self::AssistantContextTooLarge),
-            "assistant_run_conflict" => Ok(Self::AssistantRunConflict),
-            "assistant_action_uncertain" => Ok(Self::AssistantActionUncertain),
-            "assistant_action_interrupted" => Ok(Self::AssistantActionInterrupted),
-            "rate_limited" => Ok(Self::RateLimited),
-            "request_timeout" => Ok(Self::RequestTimeout),
+            "assistant_context_unavailable" => Ok(Self::AssistantContextUnavailable),
+            "assistant_disabled" => Ok(Self::AssistantDisabled),
+            "assistant_auth" => Ok(Self::AssistantAuth),
+            "assistant_provider" => Ok(Self::AssistantProvider),
             "pending_unknown" => Ok(Self::PendingUnknown),
             "pending_resolved" => Ok(Self::PendingResolved),
             "pending_superseded" => Ok(Self::PendingSuperseded),
+            "invalid_sketch_feature" => Ok(Self::InvalidSketchFeature),
+            "not_a_sketch" => Ok(Self::NotASketch),
+            "feature_not_found" => Ok(Self::FeatureNotFound),
+            "vertex_move_refused" => Ok(Self::VertexMoveRefused),
+            "sketch_gone" => Ok(Self::SketchGone),
+            "map_not_found" => Ok(Self::MapNotFound),
+            "template_not_listed" => Ok(Self::TemplateNotListed),
+            "templates_catalogue_off" => Ok(Self::TemplatesCatalogueOff),
+            "template_archive_too_large" => Ok(Self::TemplateArchiveTooLarge),
+            "template_checksum_mismatch" => Ok(Self::TemplateChecksumMismatch),
+            "template_unpacked_too_large" => Ok(Self::TemplateUnpackedTooLarge),
+            "template_malformed" => Ok(Self::TemplateMalformed),
+            "template_entry_escapes" => Ok(Self::TemplateEntryEscapes),
+            "template_members_mismatch" => Ok(Self::TemplateMembersMismatch),
+            "template_format_unsupported" => Ok(Self::TemplateFormatUnsupported),
+            "template_invalid" => Ok(Self::TemplateInvalid),
+            "template_forbidden" => Ok(Self::TemplateForbidden),
+            "template_picture_too_large" => Ok(Self::TemplatePictureTooLarge),
+            "template_licence_refused" => Ok(Self::TemplateLicenceRefused),
+            "template_credit_missing" => Ok(Self::TemplateCreditMissing),
+            "template_reference_outside" => Ok(Self::TemplateReferenceOutside),
+            "template_record_mismatch" => Ok(Self::TemplateRecordMismatch),
+            "template_not_installed" => Ok(Self::TemplateNotInstalled),
+            "template_reference_unbound" => Ok(Self::TemplateReferenceUnbound),
             "internal" => Ok(Self::Internal),
             _ => Ok(Self::Other(s)),
         }
