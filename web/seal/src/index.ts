@@ -12,3 +12,7 @@ export * from "./keys.js";
 export * from "./record.js";
 export * from "./blob.js";
 export * from "./wrap.js";
+export * from "./signing.js";
+export * from "./pairing.js";
+export * from "./membership.js";
+export * from "./keyring.js";

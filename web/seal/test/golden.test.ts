@@ -103,3 +103,33 @@ test("every vector file is covered by a test here", () => {
   assert.deepEqual(files.filter((f) => !covered.has(f)), []);
   assert.ok(isMap(fromJson({ a: 1 })));
 });
+
+test("membership vectors: signing key, signed message, signature, CID byte-exact; the log verifies", async () => {
+  const { deviceSigningKey, signingDidKey, signingMessage, sign, verify, parseChange, Log } = await import("../src/index.js");
+  const genesis = vector("membership-genesis.json");
+  const admission = vector("membership-admission.json");
+  const changes: import("../src/index.js").SignedChange[] = [];
+  for (const v of [genesis, admission]) {
+    const key = deviceSigningKey(fromHex(v.signerSecret));
+    assert.equal(signingDidKey(key), v.signerSigningKey);
+    const value = fromJson(v.record) as Map;
+    const unsigned = { ...value };
+    delete unsigned.sig;
+    assert.equal(toHex(encodeCbor(unsigned)), v.unsignedCbor);
+    const message = signingMessage(v.did, value);
+    assert.equal(toHex(message), v.signingMessage);
+    assert.equal(toHex(sign(key, message)), toHex(value.sig as Uint8Array));
+    assert.ok(verify(v.signerSigningKey, message, value.sig as Uint8Array));
+    assert.equal(toHex(encodeCbor(value)), v.signedCbor);
+    const parsed = parseChange(value);
+    assert.equal(parsed.cid.toString(), v.cid);
+    changes.push(parsed);
+  }
+  const log = Log.verify(genesis.did, changes, CID.parse(admission.cid));
+  assert.deepEqual(log.heads().map(String), [admission.cid]);
+  const standing = log.standing();
+  assert.equal(standing.kind, "settled");
+  assert.deepEqual([...(standing.kind === "settled" ? standing.roster.keys() : [])], ["3laaaaaaaaaa2", "3lbbbbbbbbbb2"]);
+  // The same log for another account: every signature fails.
+  assert.throws(() => Log.verify("did:plc:someoneelse00000000000", changes, CID.parse(admission.cid)), { kind: "MembershipLog" });
+});
