@@ -11,7 +11,10 @@
 //! - a corpus the TS side seals (with a chat key of ours and two it makes
 //!   and wraps) that we open here;
 //! - tampered records, blobs and wraps from both sides, which must fail
-//!   with the same `SealError` category on both.
+//!   with the same `SealError` category on both;
+//! - the TS device's keyring rebuilt on both sides from attacked key
+//!   records (a removed device's changes from before its removal, an edited
+//!   or deleted rotation), which must reach the same verdict.
 //!
 //! Needs Node 20.19+ and npm. The first run installs the package with
 //! `npm ci` into `web/seal/node_modules` (the npm registry only); every run
@@ -32,8 +35,8 @@ use gelstore::model::{ipld_to_json, record_from_json};
 use gelstore::repo::records::prepare_record;
 use gelstore::seal::{
     BlobSeal, DeviceKey, KeyLookup, KeySet, KeyWrap, Keyring, Padding, PairingCode, PairingRequest,
-    Place, SealError, SealOptions, SignedChange, open_blob, open_record, pair_request, seal_blob,
-    seal_record,
+    Place, SealError, SealOptions, SignedChange, Standing, open_blob, open_record, pair_request,
+    seal_blob, seal_record,
 };
 use seal_rng::{HashRng, hex, unhex};
 use serde_json::{Value, json};
@@ -538,10 +541,12 @@ fn rust_and_typescript_open_what_the_other_seals_and_refuse_the_same_tampering()
     let a_code = pair_request(&a_key, &mut rng).code().clone();
     let (mut a, mut repo) = Keyring::create(DID, A, a_key, &a_code, &mut rng).unwrap();
     let b_key = DeviceKey::generate(&mut rng);
-    let b_code = pair_request(&b_key, &mut rng).code().clone();
+    let b_request = pair_request(&b_key, &mut rng);
     let b_signing = Some(b_key.signing_key().public_key().to_did_key());
-    repo.extend(a.approve(&b_code, B, b_signing, &mut rng).unwrap());
+    repo.extend(a.approve(b_request.code(), B, b_signing, &mut rng).unwrap());
     repo.extend(a.approve(&t_code, T, Some(t_signing), &mut rng).unwrap());
+    // B as it stands before its removal: it will sign changes from there.
+    let (b_stale, _) = Keyring::join(DID, B, b_key, &b_request, &repo).unwrap();
 
     // 3. Records sealed in epoch 0, then B removed (epoch 1), then more.
     let mut sealer = Sealer {
@@ -728,4 +733,134 @@ fn rust_and_typescript_open_what_the_other_seals_and_refuse_the_same_tampering()
         kind(&report.rejected[0].1),
         ts["tamperedWraps"][0]["expectError"]
     );
+
+    // 6. The membership log under attack: both sides rebuild the TS device's
+    // keyring from the same records and must reach the same verdict.
+    let rotation = repo
+        .changes
+        .iter()
+        .find(|c| c.change.epoch == 1)
+        .unwrap()
+        .clone();
+    let without = |cid| KeySet {
+        wraps: repo.wraps.clone(),
+        changes: repo
+            .changes
+            .iter()
+            .filter(|c| c.cid != cid)
+            .cloned()
+            .collect(),
+    };
+    let with = |extra: KeySet| {
+        let mut set = repo.clone();
+        set.extend(extra);
+        set
+    };
+    let x_key = DeviceKey::from_secret_bytes([0x58; 32]);
+    let x_code = pair_request(&x_key, &mut rng).code().clone();
+    let x_signing = Some(x_key.signing_key().public_key().to_did_key());
+    let mut edited = rotation.value.clone();
+    edited["createdAt"] = "2030-01-01T00:00:00.000Z".into();
+    let mut edited_set = without(rotation.cid);
+    edited_set
+        .changes
+        .push(SignedChange::from_value(edited).unwrap());
+    let heads: Vec<String> = t_ring.heads().iter().map(|c| c.to_string()).collect();
+    let cases: Vec<(&str, KeySet, bool)> = vec![
+        ("as stored", repo.clone(), false),
+        (
+            "a removed device removes another, from before its removal",
+            with(b_stale.clone().remove_device(T, &mut rng).unwrap()),
+            false,
+        ),
+        (
+            "a removed device admits a device, from before its removal",
+            with(
+                b_stale
+                    .clone()
+                    .approve(&x_code, "3lxxxxxxxxxx2", x_signing, &mut rng)
+                    .unwrap(),
+            ),
+            false,
+        ),
+        ("the rotation's record edited", edited_set, false),
+        (
+            "the rotation deleted after this device verified it",
+            without(rotation.cid),
+            true,
+        ),
+    ];
+    let mut case_files = Vec::new();
+    let mut verdicts = Vec::new();
+    for (name, set, pinned) in &cases {
+        let device = DeviceKey::from_secret_bytes(
+            unhex(dev["secret"].as_str().unwrap()).try_into().unwrap(),
+        );
+        let result = if *pinned {
+            Keyring::rejoin(
+                DID,
+                T,
+                device,
+                &t_request,
+                t_ring.admitted_with(),
+                &t_ring.heads(),
+                set,
+            )
+        } else {
+            Keyring::join(DID, T, device, &t_request, set)
+        };
+        let mut case = json!({"name": name, "did": DID, "keyRecords": key_records(set)});
+        if *pinned {
+            case["pin"] = t_ring.admitted_with().into();
+            case["knownHeads"] = json!(heads);
+        }
+        case_files.push(case);
+        verdicts.push(match result {
+            Ok((ring, report)) => {
+                let (kind_name, epoch, roster) = match ring.log().standing() {
+                    Standing::Settled { epoch, roster, .. } => ("settled", *epoch, roster),
+                    Standing::Forked { epoch, kept, .. } => ("forked", *epoch, kept),
+                };
+                json!({
+                    "name": name,
+                    "accountKeys": ring.account_keys().map(|k| k.key_id()).collect::<Vec<_>>(),
+                    "chatKeys": ring.chat_key_ids(),
+                    "heads": ring.heads().iter().map(|c| c.to_string()).collect::<Vec<_>>(),
+                    "standing": {"kind": kind_name, "epoch": epoch, "roster": roster.keys().collect::<Vec<_>>()},
+                    "rejected": report.rejected.iter().map(|(_, e)| kind(e)).collect::<Vec<_>>(),
+                    "refused": report.refused_changes.len(),
+                })
+            }
+            Err(e) => json!({"name": name, "error": kind(&e)}),
+        });
+    }
+    // What each case is meant to show, so a verdict that changes on both sides still fails here.
+    assert_eq!(verdicts[0]["standing"]["roster"], json!([A, T]));
+    assert_eq!(verdicts[1]["standing"]["epoch"], 1, "{}", verdicts[1]);
+    assert_eq!(
+        verdicts[1]["standing"]["roster"],
+        json!([A, T]),
+        "{}",
+        verdicts[1]
+    );
+    assert_eq!(
+        verdicts[2]["standing"]["roster"],
+        json!([A, T]),
+        "{}",
+        verdicts[2]
+    );
+    assert_eq!(verdicts[3]["standing"]["epoch"], 0, "{}", verdicts[3]);
+    assert_eq!(verdicts[3]["refused"], 1, "{}", verdicts[3]);
+    assert_eq!(verdicts[4]["error"], "MembershipLog", "{}", verdicts[4]);
+    std::fs::write(
+        dir.join("keyring-cases.json"),
+        Value::from(case_files).to_string(),
+    )
+    .unwrap();
+    interop("keyrings", dir);
+    let ts_verdicts = read_json(dir, "ts-keyrings.json");
+    assert_eq!(ts_verdicts.as_array().unwrap().len(), verdicts.len());
+    for (want, got) in verdicts.iter().zip(ts_verdicts.as_array().unwrap()) {
+        assert_eq!(got, want, "{}: TS and Rust disagree", want["name"]);
+    }
 }

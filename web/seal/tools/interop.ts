@@ -2,13 +2,14 @@
 //   node dist/tools/interop.js new-device DIR   a new device: DIR/ts-device.json
 //   node dist/tools/interop.js open DIR         join with DIR/rust-corpus.json, open all of it: DIR/ts-opened.json
 //   node dist/tools/interop.js seal DIR         seal a corpus of its own: DIR/ts-corpus.json
+//   node dist/tools/interop.js keyrings DIR     rebuild the keyring of each case of DIR/keyring-cases.json: DIR/ts-keyrings.json
 // Randomness is SHA-256(label ‖ u64be(i)) blocks, as the Rust tests' HashRng, so runs repeat.
 
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { sha256 } from "@noble/hashes/sha2.js";
 import {
-  Keyring, concat, deviceRecord, formatPairingCode, fromHex, fromJson, keyWrapValue, pairRequest, parseKeySet,
+  CID, Keyring, SealError, concat, standingRoster, deviceRecord, formatPairingCode, fromHex, fromJson, keyWrapValue, pairRequest, parseKeySet,
   parsePairingCode, sealBlob, sealRecord, toHex, toJson, u64be, utf8, type KeyWrap, type Map, type Random, type Value,
 } from "../src/index.js";
 import { openEntry, type Corpus, type CorpusRecord, type Outcome } from "./corpus.js";
@@ -157,6 +158,35 @@ async function seal(dir: string): Promise<void> {
   writeJson(dir, "ts-corpus.json", corpus);
 }
 
+/** A keyring rebuilt from one case's records, as both sides report it (or the error's category). */
+async function keyrings(dir: string): Promise<void> {
+  const d = readJson(dir, "ts-device.json") as DeviceFile;
+  const cases = readJson(dir, "keyring-cases.json") as { name: string; did: string; keyRecords: unknown[]; pin?: string; knownHeads?: string[] }[];
+  const out = [];
+  for (const c of cases) {
+    const { keys } = parseKeySet(c.keyRecords.map(fromJson));
+    const device = { deviceId: d.deviceId, secret: fromHex(d.secret), code: parsePairingCode(d.code) };
+    try {
+      const options = { ...(c.pin !== undefined && { pin: c.pin }), knownHeads: (c.knownHeads ?? []).map((h) => CID.parse(h)) };
+      const { keyring, report } = await Keyring.join(c.did, device, keys, options);
+      const s = keyring.log.standing();
+      out.push({
+        name: c.name,
+        accountKeys: keyring.accountKeys().map((a) => a.keyId),
+        chatKeys: keyring.chatKeyIds(),
+        heads: keyring.heads().map(String),
+        standing: { kind: s.kind, epoch: s.epoch, roster: [...standingRoster(s).keys()].sort() },
+        rejected: report.rejected.map(([, e]) => e.kind),
+        refused: report.refusedChanges.length,
+      });
+    } catch (e) {
+      if (!(e instanceof SealError)) throw e;
+      out.push({ name: c.name, error: e.kind });
+    }
+  }
+  writeJson(dir, "ts-keyrings.json", out);
+}
+
 /** Tampered copies of the corpus's records: one per kind of attack both sides must refuse alike. */
 export function tamper(corpus: Corpus): CorpusRecord[] {
   const msg = corpus.records.find((r) => r.name.startsWith("ts message with every part"))!;
@@ -192,4 +222,5 @@ if (!dir) throw new Error("usage: interop.js new-device|open|seal DIR");
 if (command === "new-device") newDevice(dir);
 else if (command === "open") await open(dir);
 else if (command === "seal") await seal(dir);
+else if (command === "keyrings") await keyrings(dir);
 else throw new Error(`unknown command ${command}`);
