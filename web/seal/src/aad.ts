@@ -4,7 +4,7 @@
 
 import { sha256 } from "@noble/hashes/sha2.js";
 import { concat, field, u32be, u64be } from "./bytes.js";
-import type { CID, Map } from "./model.js";
+import type { CID, DataMap } from "./model.js";
 import { encodeCbor } from "./model.js";
 
 /** Domain label that starts every AAD. */
@@ -65,8 +65,8 @@ export function recordAad(
 }
 
 /** SHA-256 of the canonical DAG-CBOR of `record` without `sealedField` (`$type` included). */
-export function clearFieldsHash(record: Map, sealedField: string): Uint8Array {
-  const clear: Map = {};
+export function clearFieldsHash(record: DataMap, sealedField: string): Uint8Array {
+  const clear: DataMap = {};
   for (const [k, v] of Object.entries(record)) if (k !== sealedField) clear[k] = v;
   return sha256(encodeCbor(clear));
 }

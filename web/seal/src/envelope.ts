@@ -4,7 +4,7 @@
 
 import type { BlobBinding } from "./aad.js";
 import { SealError, malformed } from "./errors.js";
-import { CID, RAW_CODEC, isBlessedCid, isMap, type Map, type Value } from "./model.js";
+import { CID, RAW_CODEC, isBlessedCid, isMap, type DataMap, type Value } from "./model.js";
 
 /** The record-seal scheme of version 1. */
 export const SEAL_ALG_V1 = "xchacha20poly1305-hkdf-sha256-v1";
@@ -74,7 +74,7 @@ export function parseEnvelope(value: Value | undefined): Envelope {
   return { alg, keyId, nonce, ciphertext, blobs, typed: "$type" in value };
 }
 
-function need(map: Map, name: string): Value {
+function need(map: DataMap, name: string): Value {
   if (!(name in map)) throw bad(`no ${name}`);
   return map[name]!;
 }
@@ -100,13 +100,13 @@ export function envelopeType(env: Envelope): string {
 }
 
 /** The atproto blob ref of an encrypted blob. */
-export function blobRef(b: BlobBinding): Map {
+export function blobRef(b: BlobBinding): DataMap {
   return { $type: "blob", ref: b.cid, mimeType: b.mimeType, size: b.size };
 }
 
 /** The `encryptedContent` value (`blobs` only when there are some). */
-export function envelopeValue(env: Envelope): Map {
-  const out: Map = {};
+export function envelopeValue(env: Envelope): DataMap {
+  const out: DataMap = {};
   if (env.typed) out.$type = ENCRYPTED_CONTENT_TYPE;
   out.alg = env.alg;
   out.keyId = env.keyId;

@@ -7,7 +7,7 @@
 
 import { compareBytes, concat, equalBytes, toHex, utf8 } from "./bytes.js";
 import { SealError } from "./errors.js";
-import { CID, cidForRecord, encodeCbor, isMap, type Map as DataMap, type Value } from "./model.js";
+import { CID, cidForRecord, encodeCbor, isMap, type DataMap, type Value } from "./model.js";
 import { verify } from "./signing.js";
 
 /** Collection (and `$type`) of membership change records. */

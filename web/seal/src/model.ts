@@ -17,7 +17,7 @@ export { CID };
 export type Value = null | boolean | number | string | Uint8Array | CID | Value[] | { [key: string]: Value };
 
 /** A data-model map. */
-export type Map = { [key: string]: Value };
+export type DataMap = { [key: string]: Value };
 
 /** Multicodec of raw bytes (blobs). */
 export const RAW_CODEC = 0x55;
@@ -27,7 +27,7 @@ export const DAG_CBOR_CODEC = 0x71;
 export const SHA2_256 = 0x12;
 
 /** Whether `v` is a data-model map (not bytes, a link, an array or null). */
-export function isMap(v: unknown): v is Map {
+export function isMap(v: unknown): v is DataMap {
   return typeof v === "object" && v !== null && !Array.isArray(v) && !(v instanceof Uint8Array) && CID.asCID(v) === null;
 }
 
@@ -48,7 +48,7 @@ export function fromJson(json: unknown): Value {
     if (keys.length === 1 && keys[0] === "$link" && typeof obj.$link === "string") {
       return CID.parse(obj.$link);
     }
-    const out: Map = {};
+    const out: DataMap = {};
     for (const k of keys) out[k] = fromJson(obj[k]);
     return out;
   }

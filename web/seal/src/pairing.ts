@@ -7,7 +7,7 @@ import { sha256 } from "@noble/hashes/sha2.js";
 import { concat, equalBytes, osRandom, type Random } from "./bytes.js";
 import { SealError } from "./errors.js";
 import { KEY_LEN } from "./frame.js";
-import type { Map } from "./model.js";
+import type { DataMap } from "./model.js";
 import { deviceSigningKey, signingDidKey, signingKeyProof } from "./signing.js";
 import { x25519Public } from "./wrap.js";
 
@@ -75,8 +75,8 @@ export function pairRequest(options: { deviceSecret?: Uint8Array; random?: Rando
 }
 
 /** The `chat.gel.assistant.device` record the new device writes (its rkey is its device id). */
-export function deviceRecord(device: NewDevice, createdAt: string, name?: string): Map {
-  const out: Map = {
+export function deviceRecord(device: NewDevice, createdAt: string, name?: string): DataMap {
+  const out: DataMap = {
     $type: DEVICE_TYPE,
     publicKey: device.publicKey,
     signingKey: device.signingKey,

@@ -12,7 +12,7 @@ import { MAX_BLOBS, MAX_CIPHERTEXT, NONCE_LEN, SEALED_BLOB_MIME, SEAL_ALG_V1, TA
 import { SealError, invalidPlaintext, malformed } from "./errors.js";
 import { decodeFrame, encodeFrame, unpaddedLen } from "./frame.js";
 import type { BlobSeal, ChatKey, KeyLookup } from "./keys.js";
-import { decodeCbor, encodeCbor, isMap, type Map, type Value } from "./model.js";
+import { decodeCbor, encodeCbor, isMap, type DataMap, type Value } from "./model.js";
 import type { Padding } from "./padme.js";
 
 /** HKDF info label of the record key. */
@@ -30,7 +30,7 @@ export interface Opened {
   /** The field that opened (`content`, `authenticator` or `sealed`). */
   field: string;
   /** The sealed content (the empty map for an authenticator). */
-  content: Map;
+  content: DataMap;
   /** Each blob of the envelope with its key, in order. */
   blobs: BlobSeal[];
 }
@@ -43,7 +43,7 @@ export interface SealOptions {
   random?: Random;
 }
 
-function recordParts(record: Value): { map: Map; recordType: string } {
+function recordParts(record: Value): { map: DataMap; recordType: string } {
   if (!isMap(record)) throw malformed("record", "not a map");
   const t = record.$type;
   if (t === undefined) throw malformed("record", "no $type");
@@ -52,7 +52,7 @@ function recordParts(record: Value): { map: Map; recordType: string } {
 }
 
 // Two sealed fields at once is malformed: which one counts would be the PDS's choice.
-function presentFields(map: Map, recordType: string): string[] {
+function presentFields(map: DataMap, recordType: string): string[] {
   const present = sealedFields(recordType).filter((f) => f in map);
   if (present.length > 1) throw malformed("record", `both ${JSON.stringify(present[0])} and ${JSON.stringify(present[1])}: a message has one`);
   return present;
@@ -63,7 +63,7 @@ function presentFields(map: Map, recordType: string): string[] {
  * the envelope in place. A message carrying an `authenticator` placeholder
  * has that sealed instead (content must then be `{}`, with no blobs).
  */
-export function sealRecord(record: Value, place: Place, content: Value, blobs: readonly BlobSeal[], key: ChatKey, options: SealOptions = {}): Map {
+export function sealRecord(record: Value, place: Place, content: Value, blobs: readonly BlobSeal[], key: ChatKey, options: SealOptions = {}): DataMap {
   const { map, recordType } = recordParts(record);
   const main = sealedField(recordType);
   if (!main) throw new SealError("NotSealable", `records of type ${JSON.stringify(recordType)} have no sealed field`);

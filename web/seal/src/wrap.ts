@@ -12,7 +12,7 @@ import { x25519 } from "@noble/curves/ed25519.js";
 import { concat, field, osRandom, u64be, utf8, type Random } from "./bytes.js";
 import { SealError, invalidPlaintext, malformed } from "./errors.js";
 import { KEY_LEN } from "./frame.js";
-import { isMap, type CID, type Map, type Value } from "./model.js";
+import { isMap, type CID, type DataMap, type Value } from "./model.js";
 
 /** The wrap scheme of version 1. */
 export const WRAP_ALG_V1 = "hpke-x25519-hkdf-sha256-chacha20poly1305-v1";
@@ -169,8 +169,8 @@ export async function openWrap(did: string, w: KeyWrap, recipientSecret: Uint8Ar
 }
 
 /** The record of a wrap (with `$type`). */
-export function keyWrapValue(w: KeyWrap): Map {
-  const recipient: Map =
+export function keyWrapValue(w: KeyWrap): DataMap {
+  const recipient: DataMap =
     w.recipient.kind === "device"
       ? { $type: `${KEY_WRAP_TYPE}#deviceRecipient`, device: w.recipient.device }
       : { $type: `${KEY_WRAP_TYPE}#accountRecipient`, keyId: w.recipient.keyId, epoch: w.recipient.epoch };
@@ -181,7 +181,7 @@ export function keyWrapValue(w: KeyWrap): Map {
 export function parseKeyWrap(value: Value): KeyWrap {
   const bad = (reason: string) => malformed("keyWrap", reason);
   if (!isMap(value)) throw bad("not a map");
-  const str = (m: Map, name: string, label = name): string => {
+  const str = (m: DataMap, name: string, label = name): string => {
     const v = m[name];
     if (typeof v !== "string") throw bad(`${label} is not a string`);
     return v;

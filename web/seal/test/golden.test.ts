@@ -10,7 +10,7 @@ import {
   clearFieldsHash, recordAad, recordKey, encodeCbor, fromJson, toJson, toHex, fromHex, sealRecord, openRecord,
   keyList, sealBlob, openBlob, cidForBlob, SEAL_ALG_V1, CID, encodeFrame, MAX_FRAME, isMap,
   accountPsk, wrapInfo, wrapAad, sealWrap, openWrap, parseKeyWrap, keyWrapValue, deriveX25519KeyPair,
-  type Map, type BlobSeal, type Padding,
+  type DataMap, type BlobSeal, type Padding,
 } from "../src/index.js";
 import { FIXTURES, fixedRandom, vector } from "./fixtures.js";
 
@@ -19,7 +19,7 @@ const RECORD_VECTORS = ["message-with-blob.json", "chat-unpadded.json", "message
 for (const name of RECORD_VECTORS) {
   test(`record vector ${name}: every intermediate and the sealed record, byte-exact`, () => {
     const v = vector(name);
-    const record = fromJson(v.record) as Map;
+    const record = fromJson(v.record) as DataMap;
     const content = fromJson(v.content);
     const place = { did: v.did, collection: v.collection, rkey: v.rkey };
     const fieldName = v.field ?? (v.collection === "chat.gel.assistant.chat" ? "sealed" : "content");
@@ -43,11 +43,11 @@ for (const name of RECORD_VECTORS) {
     const aad = recordAad(SEAL_ALG_V1, v.keyId, fromHex(v.nonce), "", { place, recordType: record.$type as string, field: fieldName, clearHash: fromHex(v.clearHash) }, bindings);
     assert.equal(toHex(aad), v.aad);
 
-    const input: Map = fieldName === "authenticator" ? { ...record, authenticator: {} } : record;
+    const input: DataMap = fieldName === "authenticator" ? { ...record, authenticator: {} } : record;
     const key = { keyId: v.keyId, secret: fromHex(v.chatKey) };
     const sealed = sealRecord(input, place, content, blobs, key, { padding, random: fixedRandom(fromHex(v.nonce)) });
     assert.deepEqual(toJson(sealed), v.sealedRecord);
-    const env = sealed[fieldName] as Map;
+    const env = sealed[fieldName] as DataMap;
     assert.equal(toHex(env.ciphertext as Uint8Array), v.ciphertext);
 
     const opened = openRecord(fromJson(v.sealedRecord), place, keyList([key]));
@@ -112,7 +112,7 @@ test("membership vectors: signing key, signed message, signature, CID byte-exact
   for (const v of [genesis, admission]) {
     const key = deviceSigningKey(fromHex(v.signerSecret));
     assert.equal(signingDidKey(key), v.signerSigningKey);
-    const value = fromJson(v.record) as Map;
+    const value = fromJson(v.record) as DataMap;
     const unsigned = { ...value };
     delete unsigned.sig;
     assert.equal(toHex(encodeCbor(unsigned)), v.unsignedCbor);

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
   SealError, cidForBlob, decodeFrame, encodeFrame, formatPairingCode, keyList, openBlob, openRecord, padme, paddedLen,
-  pairRequest, parsePairingCode, sealBlob, sealRecord, SEALED_CHUNK_SIZE, sealedLen, type Map,
+  pairRequest, parsePairingCode, sealBlob, sealRecord, SEALED_CHUNK_SIZE, sealedLen, type DataMap,
 } from "../src/index.js";
 import { fixedRandom } from "./fixtures.js";
 
@@ -55,14 +55,14 @@ test("pairing codes: round trip, any case, spaces and dashes; typos are InvalidP
 const DID = "did:plc:ewvi7nxzyoun6zhxrhs64oiz";
 const place = { did: DID, collection: "chat.gel.assistant.message", rkey: "3lbqzdw5pzk22" };
 const key = { keyId: "chat:3lbqzdq7qzk22:0:00112233aabbccdd", secret: new Uint8Array(32).fill(0x42) };
-const record: Map = { $type: "chat.gel.assistant.message", chat: `at://${DID}/chat.gel.assistant.chat/3lbqzdq7qzk22`, role: "user", status: "complete", createdAt: "2025-11-29T19:41:00.000Z" };
-const content: Map = { parts: [{ $type: "chat.gel.assistant.defs#textPart", text: "Hello, sealed world" }] };
+const record: DataMap = { $type: "chat.gel.assistant.message", chat: `at://${DID}/chat.gel.assistant.chat/3lbqzdq7qzk22`, role: "user", status: "complete", createdAt: "2025-11-29T19:41:00.000Z" };
+const content: DataMap = { parts: [{ $type: "chat.gel.assistant.defs#textPart", text: "Hello, sealed world" }] };
 
 test("records: each edit fails with its Rust category", () => {
   const sealed = sealRecord(record, place, content, [], key);
   assert.deepEqual(openRecord(sealed, place, keyList([key])).content, content);
-  const env = sealed.content as Map;
-  const cases: [string, Map, string, typeof place?][] = [
+  const env = sealed.content as DataMap;
+  const cases: [string, DataMap, string, typeof place?][] = [
     ["a flipped ciphertext byte", { ...sealed, content: { ...env, ciphertext: flip(env.ciphertext as Uint8Array) } }, "AuthenticationFailed"],
     ["an edited clear field", { ...sealed, role: "assistant" }, "AuthenticationFailed"],
     ["an added clear field", { ...sealed, model: { provider: "x", id: "y" } }, "AuthenticationFailed"],

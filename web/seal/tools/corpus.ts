@@ -3,7 +3,7 @@
 // tampered inputs with the error category each must fail with. All JSON:
 // records as atproto JSON, bytes as lowercase hex.
 
-import { SealError, fromHex, fromJson, keyList, openBlob, openRecord, toHex, toJson, type KeyLookup, type Map } from "../src/index.js";
+import { SealError, fromHex, fromJson, keyList, openBlob, openRecord, toHex, toJson, type KeyLookup, type DataMap } from "../src/index.js";
 
 /** A sealed record and what it opens to. */
 export interface CorpusRecord {
@@ -52,7 +52,7 @@ export function openEntry(corpus: Corpus, entry: CorpusRecord, keys: KeyLookup):
       if (stored === undefined) throw new Error(`no blob ${cid} in the corpus`);
       blobs[cid] = toHex(openBlob(fromHex(stored), b));
     }
-    return { name: entry.name, field: opened.field, content: toJson(opened.content as Map), blobs };
+    return { name: entry.name, field: opened.field, content: toJson(opened.content as DataMap), blobs };
   } catch (e) {
     if (e instanceof SealError) return { name: entry.name, error: e.kind };
     throw e;

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { sha256 } from "@noble/hashes/sha2.js";
 import {
   CID, Keyring, SealError, concat, standingRoster, deviceRecord, formatPairingCode, fromHex, fromJson, keyWrapValue, pairRequest, parseKeySet,
-  parsePairingCode, sealBlob, sealRecord, toHex, toJson, u64be, utf8, type KeyWrap, type Map, type Random, type Value,
+  parsePairingCode, sealBlob, sealRecord, toHex, toJson, u64be, utf8, type KeyWrap, type DataMap, type Random, type Value,
 } from "../src/index.js";
 import { openEntry, type Corpus, type CorpusRecord, type Outcome } from "./corpus.js";
 
@@ -108,7 +108,7 @@ async function seal(dir: string): Promise<void> {
     return key;
   };
   const corpus: Corpus = { did, keyRecords: [], blobs: {}, records: [], tampered: [], tamperedWraps: [] };
-  const expectOf = (r: Omit<CorpusRecord, "record">, rec: Map): CorpusRecord => {
+  const expectOf = (r: Omit<CorpusRecord, "record">, rec: DataMap): CorpusRecord => {
     const out = openEntry(corpus, { ...r, record: toJson(rec) }, keyring);
     if ("error" in out) throw new Error(`${r.name} does not open in TS: ${out.error}`);
     return { ...r, record: toJson(rec), expect: { field: out.field, content: out.content, blobs: out.blobs } };
@@ -191,12 +191,12 @@ async function keyrings(dir: string): Promise<void> {
 export function tamper(corpus: Corpus): CorpusRecord[] {
   const msg = corpus.records.find((r) => r.name.startsWith("ts message with every part"))!;
   const pending = corpus.records.find((r) => r.name.startsWith("ts pending reply"))!;
-  const edit = (r: CorpusRecord, name: string, f: (rec: Map) => void, place: Partial<CorpusRecord> = {}): CorpusRecord => {
-    const rec = fromJson(r.record) as Map;
+  const edit = (r: CorpusRecord, name: string, f: (rec: DataMap) => void, place: Partial<CorpusRecord> = {}): CorpusRecord => {
+    const rec = fromJson(r.record) as DataMap;
     f(rec);
     return { name, collection: r.collection, rkey: r.rkey, ...place, record: toJson(rec) };
   };
-  const env = (rec: Map, field = "content") => rec[field] as Map;
+  const env = (rec: DataMap, field = "content") => rec[field] as DataMap;
   const blobCids = Object.keys(msg.expect!.blobs);
   const other = corpus.records.find((r) => r !== msg && r.name.startsWith("ts message with every part"))!;
   const swapped = Object.keys(other.expect!.blobs)[0]!;
