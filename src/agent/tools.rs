@@ -567,6 +567,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn tool_failure_codes_are_seed_000_codes() {
+        use crate::lexicon::chat::gel::assistant::subscribe_reply::ErrorCode;
+        use crate::lexicon::support::StringEnum;
+        for code in [
+            codes::TRANSPORT_FAILED,
+            codes::READ_FAILED,
+            codes::RESPONSE_INVALID,
+            codes::TIMEOUT,
+            codes::INVALID_REQUEST,
+            codes::NOT_FOUND,
+        ] {
+            let known = ErrorCode::from_string(code.to_owned()).unwrap();
+            assert!(!matches!(known, ErrorCode::Other(_)), "{code}");
+        }
+    }
+
+    #[test]
     fn long_output_is_cut_on_a_char_boundary_with_a_note() {
         let long = "é".repeat(MAX_OUTPUT_KEPT);
         let cut = cut_output(long.clone());

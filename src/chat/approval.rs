@@ -209,7 +209,7 @@ impl ApprovalError {
             ApprovalError::PendingResolved { .. } => ErrorCode::PendingResolved,
             ApprovalError::PendingUnknown(_) => ErrorCode::PendingUnknown,
             ApprovalError::PendingSuperseded { .. } => ErrorCode::PendingSuperseded,
-            _ => ErrorCode::Other("invalid_request".into()),
+            _ => ErrorCode::InvalidRequest,
         }
     }
 }
