@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::StreamExt;
-use gelstore::chat::store::LineRun;
+use gelstore::chat::run::LineRun;
 use gelstore::chat::{AssistantEvent, NoApproval, Reply, ReplyKey, StreamLine};
 use gelstore::provider::http::{ProviderClient, drive};
 use gelstore::provider::{Conversation, Output, ProviderConfig, Turn, TurnRequest, WireFormat};

@@ -4,7 +4,8 @@
 use std::path::Path;
 use std::sync::{Arc, Barrier, Mutex};
 
-use gelstore::chat::store::{ContentState, LineRun};
+use gelstore::chat::run::LineRun;
+use gelstore::chat::store::ContentState;
 use gelstore::chat::{AskFor, Attempt, ChatStore, ChatStoreError, NoApproval, Reply, ReplyKey};
 use gelstore::lexicon::chat::gel::assistant::defs::PlainContentPartsItem;
 use gelstore::lexicon::chat::gel::assistant::message::MessageStatus;

@@ -37,7 +37,8 @@ use futures_util::StreamExt;
 pub use self::tools::{McpConfigError, McpServers, ServerConfig, ToolHost};
 use crate::chat::approval::{Decision, MAX_WORDS, Resolution, truncate_words};
 use crate::chat::assemble::FinishedCall;
-use crate::chat::store::{LineRun, PendingReply, begin_reply, settle_answer};
+use crate::chat::run::{LineRun, begin_reply, settle_answer};
+use crate::chat::store::PendingReply;
 use crate::chat::{
     ApprovalPolicy, AssistantEvent, AssistantMessageEvent, ChatRecord, End, Finished, StreamLine,
     ToolRun,

@@ -10,10 +10,13 @@
 //! | [`reply`] | one reply's run: events in, events out, finished record fields |
 //! | [`results`] | a tool call's result as a record part and as its events, one conversion for live and replay |
 //! | [`approval`] | approval policy, answer checks, settled calls repeated |
+//! | [`run`] | a reply's run fed line by line as input arrives; the reply to an answer begun |
+//! | [`approval_index`] | the data folder's index of replies waiting for an answer (a cache rebuilt from records) |
 //! | [`record`] | `ChatRecord` (a message record with opened content) and record constructors |
 //! | [`thread`] | the thread tree readers show |
 
 pub mod approval;
+pub mod approval_index;
 pub mod assemble;
 pub mod events;
 pub mod finished;
@@ -23,6 +26,7 @@ pub mod record;
 pub mod replay;
 pub mod reply;
 pub mod results;
+pub mod run;
 pub mod settings;
 pub mod store;
 pub mod thread;
@@ -34,5 +38,6 @@ pub use input::{AssistantMessageEvent, Observed, StreamLine, ToolRun};
 pub use keys::{Attempt, KeyError, MessageKey, ReplyKey};
 pub use record::ChatRecord;
 pub use reply::{End, Finished, FinishedReply, Reply, ReplyError};
+pub use run::{LineRun, begin_reply, settle_answer};
 pub use store::{ChatStore, ChatStoreError, PendingReply};
 pub use thread::Thread;

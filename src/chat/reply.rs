@@ -986,35 +986,8 @@ impl Reply {
     /// all the events, and the finished reply. A line that does not parse,
     /// or any line after the end, fails the reply; input that stops
     /// without an end is a cut.
-    pub fn run_jsonl(mut self, input: &str) -> Finished {
-        let mut events = Vec::new();
-        let mut end = None;
-        for (n, line) in input.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            if end.is_some() {
-                self.fail(StreamError::Line {
-                    line: n + 1,
-                    error: super::input::LineError::Malformed {
-                        kind: "line".into(),
-                        reason: "a line after the end of the run".into(),
-                    },
-                });
-                break;
-            }
-            match StreamLine::parse(line) {
-                Ok(l) => end = self.apply(l, &mut events),
-                Err(error) => self.fail(StreamError::Line { line: n + 1, error }),
-            }
-            if self.error.is_some() {
-                break;
-            }
-        }
-        let mut finished = self.finish(end.unwrap_or(End::Cut));
-        events.append(&mut finished.events);
-        finished.events = events;
-        finished
+    pub fn run_jsonl(self, input: &str) -> Finished {
+        super::run::LineRun::new(self).run_all(input)
     }
 }
 

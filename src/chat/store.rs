@@ -17,23 +17,25 @@
 //!   [`Thread`] tree, with a [`ContentState`] per record
 //!   (`UnknownKey` for content this device has no key for).
 //! - Approvals: [`ChatStore::approvals`] lists waiting replies across all
-//!   chats from an index file (`chat-approvals.json` in the data folder,
-//!   rebuilt from the records when it is missing, unreadable, or older
-//!   than the repository's head); [`ChatStore::approve`] writes the answer.
+//!   chats from the approval index ([`super::approval_index`], kept current
+//!   at every commit this store makes); [`ChatStore::approve`] writes the
+//!   answer.
+//!
+//! The run of a reply itself (lines in, events out) is [`super::run`].
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::approval::{ApprovalError, Decision, Resolution, check_answer, waiting_calls};
-use super::input::{LineError, StreamLine};
-use super::keys::{Attempt, KeyError, MessageKey, ReplyKey};
+use super::AssistantEvent;
+use super::approval::{ApprovalError, Resolution, check_answer, waiting_calls};
+use super::keys::{Attempt, KeyError, ReplyKey};
 use super::record::{ChatRecord, pending_reply, requested_reply, user_message};
-use super::reply::{End, Finished, FinishedReply, Reply};
+use super::reply::FinishedReply;
+use super::run::{begin_reply, settle_answer};
 use super::thread::Thread;
-use super::{AssistantEvent, StreamError};
 use crate::device::{Device, DeviceError, SealedWrite};
 use crate::lexicon::chat::gel::assistant::chat::{Chat, SealedFields};
 use crate::lexicon::chat::gel::assistant::defs::{
@@ -51,8 +53,8 @@ use crate::seal::{SealError, os_rng};
 pub const CHAT: &str = "chat.gel.assistant.chat";
 /// The message collection.
 pub const MESSAGE: &str = "chat.gel.assistant.message";
-/// The approval index, in the data folder.
-pub const APPROVAL_INDEX: &str = "chat-approvals.json";
+pub use super::approval_index::APPROVAL_INDEX;
+use super::approval_index::ApprovalIndex;
 
 /// Why a chat operation failed. Nothing was written when one is returned.
 #[derive(Debug, thiserror::Error)]
@@ -114,11 +116,17 @@ pub enum ChatStoreError {
 
 type Result<T, E = ChatStoreError> = std::result::Result<T, E>;
 
-fn invalid(what: &str, reason: impl std::fmt::Display) -> ChatStoreError {
-    ChatStoreError::Invalid {
-        what: what.to_string(),
-        reason: reason.to_string(),
+impl ChatStoreError {
+    pub(crate) fn invalid(what: &str, reason: impl std::fmt::Display) -> ChatStoreError {
+        ChatStoreError::Invalid {
+            what: what.to_string(),
+            reason: reason.to_string(),
+        }
     }
+}
+
+fn invalid(what: &str, reason: impl std::fmt::Display) -> ChatStoreError {
+    ChatStoreError::invalid(what, reason)
 }
 
 /// A reply created `pending` by [`ChatStore::start_reply`]: where it is
@@ -235,33 +243,13 @@ pub struct WaitingApproval {
     pub state: String,
 }
 
-/// One waiting reply in the index file: keys only. Tool names and
-/// arguments are sealed content, so they stay in the records and are
-/// opened when the list is read.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct IndexEntry {
-    reply: String,
-    chat: String,
-}
-
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct IndexFile {
-    version: u32,
-    /// The repository head this index reflects.
-    head: String,
-    waiting: Vec<IndexEntry>,
-}
-
 /// Chats in one data folder: the device (keys and repository) and the
 /// approval index.
 pub struct ChatStore {
     dir: PathBuf,
     device: Device,
     clock: TidClock,
-    waiting: BTreeMap<String, IndexEntry>,
-    /// How the index was loaded: `true` if it was rebuilt from records.
-    rebuilt: bool,
+    index: ApprovalIndex,
     /// Others wrote since the index was loaded ([`ChatStore::refresh`]):
     /// reload it before the next use.
     index_stale: bool,
@@ -276,7 +264,7 @@ impl std::fmt::Debug for ChatStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ChatStore")
             .field("dir", &self.dir)
-            .field("waiting", &self.waiting.len())
+            .field("waiting", &self.index.entries().len())
             .finish_non_exhaustive()
     }
 }
@@ -303,11 +291,10 @@ impl ChatStore {
         let mut finished = super::finished::FinishedReplies::load(&dir)?;
         finished.follow(device.repo())?;
         Ok(ChatStore {
+            index: ApprovalIndex::new(&dir),
             dir,
             device,
             clock: TidClock::new(),
-            waiting: BTreeMap::new(),
-            rebuilt: false,
             index_stale: false,
             keeps_index: false,
             finished,
@@ -326,7 +313,7 @@ impl ChatStore {
 
     /// Whether opening rebuilt the approval index from the records.
     pub fn index_rebuilt(&self) -> bool {
-        self.rebuilt
+        self.index.rebuilt()
     }
 
     fn did(&self) -> &str {
@@ -519,7 +506,7 @@ impl ChatStore {
         self.device.apply_sealed(&writes, &mut os_rng())?;
         // A user message continuing from a waiting reply answers it.
         if let Some(p) = parent {
-            self.waiting.remove(&p.to_string());
+            self.index.remove(&p.to_string());
         }
         self.save_index()?;
         Ok(key)
@@ -556,10 +543,7 @@ impl ChatStore {
             .map_err(DeviceError::from)?
             .ok_or_else(|| invalid("reply", "the pending reply is missing after its commit"))?;
         // A newer attempt supersedes a waiting one.
-        self.waiting.retain(|k, _| match ReplyKey::parse(k) {
-            Ok(w) => !(w.message() == message && w.attempt() < attempt),
-            Err(_) => true,
-        });
+        self.index.supersede(message, attempt);
         self.save_index()?;
         Ok(PendingReply {
             key,
@@ -616,13 +600,7 @@ impl ChatStore {
             })?;
         self.finished.note([key.as_str()])?;
         if finished.status == MessageStatus::Waiting {
-            self.waiting.insert(
-                key.clone(),
-                IndexEntry {
-                    reply: key.clone(),
-                    chat: pending.chat.clone(),
-                },
-            );
+            self.index.insert(&key, &pending.chat);
         }
         self.save_index()?;
         self.device
@@ -937,8 +915,8 @@ impl ChatStore {
         } else {
             self.load_index()?;
         }
-        let mut out = Vec::with_capacity(self.waiting.len());
-        for e in self.waiting.values() {
+        let mut out = Vec::with_capacity(self.index.entries().len());
+        for e in self.index.entries() {
             let (m, _) = self.message(&e.reply)?;
             let (content, state) = self.open_content(&e.reply, &m);
             out.push(WaitingApproval {
@@ -1005,29 +983,11 @@ impl ChatStore {
         Ok(answer)
     }
 
-    fn index_path(&self) -> PathBuf {
-        self.dir.join(APPROVAL_INDEX)
-    }
-
     fn load_index(&mut self) -> Result<()> {
         let head = self.device.repo().head().commit.to_string();
-        let loaded = std::fs::read(self.index_path())
-            .ok()
-            .and_then(|b| serde_json::from_slice::<IndexFile>(&b).ok())
-            .filter(|f| f.version == 1 && f.head == head);
-        match loaded {
-            Some(f) => {
-                self.waiting = f
-                    .waiting
-                    .into_iter()
-                    .map(|w| (w.reply.clone(), w))
-                    .collect();
-            }
-            None => {
-                self.rebuild_index()?;
-                self.rebuilt = true;
-                self.save_index()?;
-            }
+        if !self.index.read(&head) {
+            self.rebuild_index()?;
+            self.save_index()?;
         }
         Ok(())
     }
@@ -1036,73 +996,24 @@ impl ChatStore {
     /// that no newer attempt replaced and no user message continues from.
     pub fn rebuild_index(&mut self) -> Result<()> {
         let messages = self.all_messages()?;
-        let answered: HashSet<String> = messages
-            .iter()
-            .filter(|(_, m, _)| m.role == MessageRole::User)
-            .filter_map(|(_, m, _)| m.parent.as_ref().map(|p| p.as_str().to_string()))
-            .collect();
-        let mut newest: BTreeMap<Tid, Attempt> = BTreeMap::new();
-        for (k, _, _) in &messages {
-            if let Ok(MessageKey::Reply(r)) = MessageKey::parse(k) {
-                let e = newest.entry(r.message()).or_insert(r.attempt());
-                *e = (*e).max(r.attempt());
-            }
-        }
-        let mut waiting = BTreeMap::new();
-        for (k, m, _) in &messages {
-            let Ok(MessageKey::Reply(r)) = MessageKey::parse(k) else {
-                continue;
-            };
-            if m.status != MessageStatus::Waiting
-                || answered.contains(k)
-                || newest.get(&r.message()).is_some_and(|&a| a > r.attempt())
-            {
-                continue;
-            }
-            let Some(chat) = chat_of(m) else { continue };
-            waiting.insert(
-                k.clone(),
-                IndexEntry {
-                    reply: k.clone(),
-                    chat: chat.to_string(),
-                },
-            );
-        }
-        self.waiting = waiting;
+        self.index
+            .rebuild(messages.iter().map(|(k, m, _)| (k.as_str(), m)));
         Ok(())
     }
 
-    /// Saves the index with the current head (atomically: a temporary file
-    /// renamed over it). Called after every commit this store makes.
+    /// Saves the index with the current head. Called after every commit
+    /// this store makes.
     fn save_index(&self) -> Result<()> {
         if !self.keeps_index {
             return Ok(());
         }
-        let file = IndexFile {
-            version: 1,
-            head: self.device.repo().head().commit.to_string(),
-            waiting: self.waiting.values().cloned().collect(),
-        };
-        let path = self.index_path();
-        let io = |source| ChatStoreError::Index {
-            path: path.display().to_string(),
-            source,
-        };
-        let bytes = serde_json::to_vec_pretty(&file).map_err(|e| io(e.into()))?;
-        let tmp = self.dir.join(format!("{APPROVAL_INDEX}.tmp"));
-        {
-            use std::io::Write as _;
-            let mut opts = std::fs::OpenOptions::new();
-            opts.write(true).create(true).truncate(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
-            let mut f = opts.open(&tmp).map_err(io)?;
-            // No fsync: an index lost or torn in a crash is at another
-            // head, or does not parse, and is rebuilt at the next open.
-            f.write_all(&bytes).map_err(io)?;
-        }
-        std::fs::rename(&tmp, &path).map_err(io)?;
-        Ok(())
+        let head = self.device.repo().head().commit.to_string();
+        self.index
+            .save(&head)
+            .map_err(|source| ChatStoreError::Index {
+                path: self.index.display_path(),
+                source,
+            })
     }
 }
 
@@ -1118,7 +1029,7 @@ fn calls_of(content: &PlainContent) -> Vec<WaitingCall> {
 
 /// The chat record key a message belongs to, if its `chat` is a chat
 /// record URI (`at://did/chat.gel.assistant.chat/KEY`).
-fn chat_of(m: &Message) -> Option<&str> {
+pub(super) fn chat_of(m: &Message) -> Option<&str> {
     let rest = m.chat.as_str().strip_prefix("at://")?;
     let mut it = rest.splitn(3, '/');
     let _did = it.next()?;
@@ -1229,202 +1140,6 @@ fn branch_in(records: Vec<ChatRecord>, message: Tid) -> Vec<ChatRecord> {
     }
     out.reverse();
     out
-}
-
-/// The approved calls of `resolution` run by the host (`tool_runs`, by
-/// call id) and the denied ones refused. An approved call without a result,
-/// or a result for a call that is not an approved one, is refused.
-pub fn settle_answer(
-    resolution: &Resolution,
-    tool_runs: &BTreeMap<String, super::ToolRun>,
-) -> Result<Vec<super::approval::Settled>> {
-    let approved = |c: &&super::approval::ResolvedCall| c.decision == Decision::Approved;
-    let missing: Vec<&str> = resolution
-        .calls
-        .iter()
-        .filter(approved)
-        .filter(|c| !tool_runs.contains_key(&c.call.call_id))
-        .map(|c| c.call.call_id.as_str())
-        .collect();
-    if !missing.is_empty() {
-        return Err(invalid(
-            "tool results",
-            format!(
-                "approved call(s) {} need a result (the host runs the tool)",
-                missing.join(", ")
-            ),
-        ));
-    }
-    if let Some(extra) = tool_runs.keys().find(|k| {
-        !resolution
-            .calls
-            .iter()
-            .filter(approved)
-            .any(|c| &c.call.call_id == *k)
-    }) {
-        return Err(invalid(
-            "tool results",
-            format!(
-                "call {extra:?} is not an approved call of reply {}",
-                resolution.reply
-            ),
-        ));
-    }
-    Ok(resolution.settle(|c| tool_runs[&c.call_id].clone()))
-}
-
-/// The run of a pending reply: a fresh one, or (for the reply to an
-/// approval answer) one that starts with the `settled` calls repeated.
-/// Returns the run and the events its start makes.
-pub fn begin_reply(
-    pending: &PendingReply,
-    policy: std::sync::Arc<dyn super::ApprovalPolicy + Send + Sync>,
-    settled: Option<&[super::approval::Settled]>,
-) -> Result<(LineRun, Vec<AssistantEvent>)> {
-    let (reply, first) = match settled {
-        None => (Reply::new(pending.key, policy), Vec::new()),
-        Some(settled) => Reply::resume(pending.key, policy, settled)
-            .map_err(|e| invalid("reply to the answer", e))?,
-    };
-    Ok((LineRun::new(reply), first))
-}
-
-/// A recorded run fed line by line (what [`Reply::run_jsonl`] does for a
-/// whole string, for input that arrives over time: events come out as
-/// each line goes in).
-#[derive(Debug)]
-pub struct LineRun {
-    reply: Reply,
-    end: Option<End>,
-    line: usize,
-    stopped: bool,
-}
-
-impl LineRun {
-    pub fn new(reply: Reply) -> LineRun {
-        LineRun {
-            reply,
-            end: None,
-            line: 0,
-            stopped: false,
-        }
-    }
-
-    /// Whether the run took its end or failed: later lines are not read.
-    pub fn stopped(&self) -> bool {
-        self.stopped
-    }
-
-    /// Feeds one line; the events it makes go to `events`.
-    pub fn feed(&mut self, line: &str, events: &mut Vec<AssistantEvent>) {
-        self.line += 1;
-        if self.stopped || line.trim().is_empty() {
-            return;
-        }
-        if self.end.is_some() {
-            self.reply.fail(StreamError::Line {
-                line: self.line,
-                error: LineError::Malformed {
-                    kind: "line".into(),
-                    reason: "a line after the end of the run".into(),
-                },
-            });
-            self.stopped = true;
-            return;
-        }
-        match StreamLine::parse(line) {
-            Ok(l) => self.end = self.reply.apply(l, events),
-            Err(error) => self.reply.fail(StreamError::Line {
-                line: self.line,
-                error,
-            }),
-        }
-        if self.reply.failure().is_some() {
-            self.stopped = true;
-        }
-    }
-
-    /// Applies one line the host made itself (an adapter's event, a tool
-    /// result), as [`LineRun::feed`] does for a parsed line.
-    pub fn apply(&mut self, line: StreamLine, events: &mut Vec<AssistantEvent>) {
-        self.line += 1;
-        if self.stopped {
-            return;
-        }
-        if self.end.is_some() {
-            self.reply.fail(StreamError::Line {
-                line: self.line,
-                error: LineError::Malformed {
-                    kind: "line".into(),
-                    reason: "a line after the end of the run".into(),
-                },
-            });
-            self.stopped = true;
-            return;
-        }
-        self.end = self.reply.apply(line, events);
-        if self.reply.failure().is_some() {
-            self.stopped = true;
-        }
-    }
-
-    /// Ends the run as the host decided (a provider failure with its
-    /// code, a cut with its reason, the step budget).
-    pub fn end_with(&mut self, end: End) {
-        if self.end.is_none() {
-            self.end = Some(end);
-        }
-        self.stopped = true;
-    }
-
-    /// See [`Reply::set_source`].
-    pub fn set_source(&mut self, call_id: &str, source: &str) -> bool {
-        self.reply.set_source(call_id, source)
-    }
-
-    /// The reply being run.
-    pub fn reply(&self) -> &Reply {
-        &self.reply
-    }
-
-    /// The model that answers, once the run named it.
-    pub fn model(&self) -> Option<&ModelRef> {
-        self.reply.model()
-    }
-
-    /// Whether the run took its end (`done`, `error`, `abort`).
-    pub fn ended(&self) -> bool {
-        self.end.is_some()
-    }
-
-    /// Refuses the next line without parsing it (input the host cannot
-    /// take as a line: too long, not UTF-8): the reply fails, keeping
-    /// what it had, as for a malformed line.
-    pub fn refuse(&mut self, reason: impl Into<String>) {
-        self.line += 1;
-        if self.stopped {
-            return;
-        }
-        self.reply.fail(StreamError::Line {
-            line: self.line,
-            error: LineError::Malformed {
-                kind: "line".into(),
-                reason: reason.into(),
-            },
-        });
-        self.stopped = true;
-    }
-
-    /// The input failed to read: the run is cut where it is.
-    pub fn cut_by(&mut self, _e: std::io::Error) {
-        self.stopped = true;
-    }
-
-    /// Finishes the run (a run without an end is a cut); the returned
-    /// events are the ones the end makes.
-    pub fn end(self) -> Finished {
-        self.reply.finish(self.end.unwrap_or(End::Cut))
-    }
 }
 
 #[cfg(test)]
