@@ -212,3 +212,66 @@ fn lex_gen_check_passes_on_the_checked_in_code_and_reports_drift() {
     let o = gelstore(&["lex", "gen", "--check", "--out", out]);
     assert_eq!(o.status.code(), Some(0), "{}", stdout(&o));
 }
+
+/// A lexicon with two findings at known lines, in a temporary folder.
+fn two_findings() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("com/example/media.json");
+    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+    std::fs::write(
+        &file,
+        "{\n  \"lexicon\": 1,\n  \"id\": \"com.example.media\",\n  \"defs\": {\n    \"main\": {\n      \"type\": \"object\",\n      \"properties\": {\n        \"a\": {\"type\": \"blob\", \"accept\": []},\n        \"b\": {\"type\": \"blob\", \"accept\": [\"image/png\", \"50%,\\nx\"]}\n      }\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let file = file.to_str().unwrap().to_owned();
+    (dir, file)
+}
+
+#[test]
+fn github_format_annotates_the_line_of_each_finding() {
+    let (_dir, file) = two_findings();
+    let o = gelstore(&["lex", "lint", "--format", "github", &file]);
+    assert_eq!(
+        o.status.code(),
+        Some(1),
+        "the exit status of the other formats"
+    );
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "::error file={file},line=8,col=31,title=bad-accept::/defs/main/properties/a/accept: "
+        )),
+        "{}",
+        lines[0]
+    );
+    // The second entry of b's accept list; the message's newline and %
+    // are escaped so the annotation stays one command.
+    assert!(lines[1].contains(",line=9,col=55,"), "{}", lines[1]);
+    assert!(lines[1].contains("50%25,%0Ax"), "{}", lines[1]);
+}
+
+#[test]
+fn sarif_format_is_one_log_with_regions() {
+    let (_dir, file) = two_findings();
+    let o = gelstore(&["lex", "lint", "--format", "sarif", &file]);
+    assert_eq!(o.status.code(), Some(1));
+    let log: Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(log["version"], "2.1.0");
+    let run = &log["runs"][0];
+    assert_eq!(run["tool"]["driver"]["name"], "gelstore");
+    assert_eq!(run["tool"]["driver"]["rules"][0]["id"], "bad-accept");
+    let results = run["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    let place = &results[0]["locations"][0]["physicalLocation"];
+    assert_eq!(place["artifactLocation"]["uri"], file.as_str());
+    assert_eq!(place["region"]["startLine"], 8);
+    assert_eq!(place["region"]["startColumn"], 31);
+    assert_eq!(results[0]["level"], "error");
+    // A clean run is an empty log, exit 0.
+    let clean = gelstore(&["lex", "lint", "--format", "sarif", "lexicons"]);
+    assert_eq!(clean.status.code(), Some(0));
+    let log: Value = serde_json::from_str(&stdout(&clean)).unwrap();
+    assert_eq!(log["runs"][0]["results"], serde_json::json!([]));
+}

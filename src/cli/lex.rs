@@ -1,7 +1,7 @@
 //! `gelstore lex …`: the lexicon toolchain for CI pipelines.
 
-use super::report::{self, InputReport};
-use super::{Format, Outcome};
+use super::Outcome;
+use super::report::{self, InputReport, LexFormat};
 use clap::{Args, Subcommand};
 use gelstore_codegen::catalog::{Catalog, LoadError};
 use gelstore_codegen::schema::Def;
@@ -34,11 +34,9 @@ pub struct LintArgs {
     /// Do not report this rule (repeatable), e.g. `--allow unresolved-lexicon`.
     #[arg(long = "allow", value_name = "RULE")]
     pub allow: Vec<String>,
-    /// human: `FILE:/json/path: message [rule]` lines, then a summary on
-    /// stderr; json: one `{"file","valid","errors":[{"path","message","rule"}]}`
-    /// object per input.
+    /// How findings are printed (the exit status is the same for each).
     #[arg(long, value_enum, default_value_t)]
-    pub format: Format,
+    pub format: LexFormat,
 }
 
 #[derive(Args, Debug)]
@@ -52,11 +50,9 @@ pub struct CheckArgs {
     /// JSON record files; `-` reads one record from stdin.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<String>,
-    /// human: `FILE:/json/path: message [rule]` lines, then a summary on
-    /// stderr; json: one `{"file","valid","errors":[{"path","message","rule"}]}`
-    /// object per input.
+    /// How findings are printed (the exit status is the same for each).
     #[arg(long, value_enum, default_value_t)]
-    pub format: Format,
+    pub format: LexFormat,
 }
 
 #[derive(Args, Debug)]
@@ -65,11 +61,9 @@ pub struct DiffArgs {
     pub old: PathBuf,
     /// The lexicon set after the change.
     pub new: PathBuf,
-    /// human: `FILE:/json/path: message [rule]` lines, then a summary on
-    /// stderr; json: one `{"file","valid","errors":[{"path","message","rule"}]}`
-    /// object per input.
+    /// How findings are printed (the exit status is the same for each).
     #[arg(long, value_enum, default_value_t)]
-    pub format: Format,
+    pub format: LexFormat,
 }
 
 #[derive(Args, Debug)]
@@ -90,11 +84,9 @@ pub struct GenArgs {
     /// Write nothing; report every file that differs (exit 1 on drift).
     #[arg(long)]
     pub check: bool,
-    /// human: `FILE:/json/path: message [rule]` lines, then a summary on
-    /// stderr; json: one `{"file","valid","errors":[{"path","message","rule"}]}`
-    /// object per input.
+    /// How findings are printed (the exit status is the same for each).
     #[arg(long, value_enum, default_value_t)]
-    pub format: Format,
+    pub format: LexFormat,
 }
 
 pub fn run(cmd: LexCommand) -> Outcome {

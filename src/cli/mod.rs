@@ -5,6 +5,7 @@ mod assistant;
 mod chat;
 mod device;
 mod lex;
+mod locate;
 mod progress;
 mod repo;
 mod report;

@@ -1,10 +1,31 @@
-//! Printing findings per input, in the human or JSON format, and turning
-//! them into an exit status.
+//! Printing findings per input (for people, for scripts, as GitHub
+//! workflow annotations or as a SARIF log for code scanning), and turning
+//! them into an exit status (the same for every format).
 
-use super::{Format, Outcome};
+use super::Outcome;
+use super::locate::{Position, locate};
+use clap::ValueEnum;
 use gelstore_codegen::Finding;
 use serde_json::json;
+use std::collections::HashMap;
 use std::io::Write;
+
+/// How the `lex` commands print their findings.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum LexFormat {
+    /// `FILE:/json/path: message [rule]` lines, then a summary on stderr.
+    #[default]
+    Human,
+    /// One `{"file","valid","errors":[{"path","message","rule"}]}` object
+    /// per input.
+    Json,
+    /// GitHub Actions workflow commands (`::error file=…,line=…,col=…`):
+    /// annotations on the line of each finding.
+    Github,
+    /// One SARIF 2.1.0 log (for code scanning), with the line and column
+    /// of each finding.
+    Sarif,
+}
 
 /// What one input (a lexicon file, a record file) produced.
 pub struct InputReport {
@@ -27,20 +48,22 @@ impl InputReport {
 
 /// Prints every report to stdout and a one-line summary to stderr (human
 /// format only). `what` names the inputs in the summary ("lexicon files").
-pub fn print(reports: &[InputReport], format: Format, what: &str) -> Outcome {
+pub fn print(reports: &[InputReport], format: LexFormat, what: &str) -> Outcome {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let mut error_count = 0;
-    for r in reports {
-        error_count += r.errors.len();
-        // A closed stdout (e.g. `| head`) is not worth a panic or an error exit.
-        let _ = match format {
-            Format::Human => print_human(&mut out, r),
-            Format::Json => print_json(&mut out, r),
-        };
-    }
+    let error_count: usize = reports.iter().map(|r| r.errors.len()).sum();
+    let mut places = Places::default();
+    // A closed stdout (e.g. `| head`) is not worth a panic or an error exit.
+    let _ = match format {
+        LexFormat::Human => reports.iter().try_for_each(|r| print_human(&mut out, r)),
+        LexFormat::Json => reports.iter().try_for_each(|r| print_json(&mut out, r)),
+        LexFormat::Github => reports
+            .iter()
+            .try_for_each(|r| print_github(&mut out, r, &mut places)),
+        LexFormat::Sarif => print_sarif(&mut out, reports, &mut places),
+    };
     let _ = out.flush();
-    if format == Format::Human {
+    if format == LexFormat::Human {
         let failing = reports.iter().filter(|r| !r.errors.is_empty()).count();
         eprintln!(
             "{} {what} checked: {error_count} finding(s) in {failing} file(s)",
@@ -75,6 +98,106 @@ fn print_json(out: &mut impl Write, r: &InputReport) -> std::io::Result<()> {
         line["notes"] = json!(r.notes);
     }
     writeln!(out, "{line}")
+}
+
+/// The position of each finding in its file, each file read once (an input
+/// that is not a readable file, such as stdin, puts its findings on line 1).
+#[derive(Default)]
+struct Places {
+    texts: HashMap<String, Option<String>>,
+}
+
+impl Places {
+    fn of(&mut self, f: &Finding) -> Position {
+        let text = self
+            .texts
+            .entry(f.file.clone())
+            .or_insert_with(|| std::fs::read_to_string(&f.file).ok());
+        text.as_deref()
+            .map_or(Position::START, |t| locate(t, &f.path))
+    }
+}
+
+/// Escapes workflow-command data (`%`, CR, LF) and, for properties, also
+/// `:` and `,`.
+fn github_escape(s: &str, property: bool) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '\r' => out.push_str("%0D"),
+            '\n' => out.push_str("%0A"),
+            ':' if property => out.push_str("%3A"),
+            ',' if property => out.push_str("%2C"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn print_github(out: &mut impl Write, r: &InputReport, places: &mut Places) -> std::io::Result<()> {
+    let levels = [("error", &r.errors), ("notice", &r.notes)];
+    for (level, findings) in levels {
+        for f in findings.iter() {
+            let Position { line, column } = places.of(f);
+            let path = if f.path.is_empty() { "/" } else { &f.path };
+            writeln!(
+                out,
+                "::{level} file={},line={line},col={column},title={}::{}",
+                github_escape(&f.file, true),
+                github_escape(f.rule, true),
+                github_escape(&format!("{path}: {}", f.message), false),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn print_sarif(
+    out: &mut impl Write,
+    reports: &[InputReport],
+    places: &mut Places,
+) -> std::io::Result<()> {
+    let mut rules: Vec<&str> = Vec::new();
+    let mut results = Vec::new();
+    for r in reports {
+        let levels = [("error", &r.errors), ("note", &r.notes)];
+        for (level, findings) in levels {
+            for f in findings.iter() {
+                if !rules.contains(&f.rule) {
+                    rules.push(f.rule);
+                }
+                let Position { line, column } = places.of(f);
+                let path = if f.path.is_empty() { "/" } else { &f.path };
+                results.push(json!({
+                    "ruleId": f.rule,
+                    "level": level,
+                    "message": {"text": format!("{path}: {}", f.message)},
+                    "locations": [{
+                        "physicalLocation": {
+                            "artifactLocation": {"uri": f.file},
+                            "region": {"startLine": line, "startColumn": column},
+                        },
+                        "logicalLocations": [{"fullyQualifiedName": path, "kind": "member"}],
+                    }],
+                }));
+            }
+        }
+    }
+    let log = json!({
+        "$schema": "https://json.schemastore.org/sarif-2.1.0.json",
+        "version": "2.1.0",
+        "runs": [{
+            "tool": {"driver": {
+                "name": "gelstore",
+                "version": env!("CARGO_PKG_VERSION"),
+                "rules": rules.iter().map(|id| json!({"id": id})).collect::<Vec<_>>(),
+            }},
+            "columnKind": "unicodeCodePoints",
+            "results": results,
+        }],
+    });
+    writeln!(out, "{log}")
 }
 
 /// Groups findings by their `file`, keeping `files` (every input, also the
