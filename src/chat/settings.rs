@@ -11,7 +11,7 @@ use crate::model::Cid;
 use crate::seal::os_rng;
 
 /// The settings collection.
-pub const SETTINGS: &str = "chat.gel.assistant.settings";
+pub const SETTINGS: &str = crate::lexicon::chat::gel::assistant::settings::NSID;
 /// The settings record's key (and the name of the key it is sealed with).
 pub const SELF_KEY: &str = "self";
 

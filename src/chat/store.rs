@@ -50,9 +50,9 @@ use crate::repo::tid::{Tid, TidClock};
 use crate::seal::{SealError, os_rng};
 
 /// The chat collection.
-pub const CHAT: &str = "chat.gel.assistant.chat";
+pub const CHAT: &str = crate::lexicon::chat::gel::assistant::chat::NSID;
 /// The message collection.
-pub const MESSAGE: &str = "chat.gel.assistant.message";
+pub const MESSAGE: &str = crate::lexicon::chat::gel::assistant::message::NSID;
 pub use super::approval_index::APPROVAL_INDEX;
 use super::approval_index::ApprovalIndex;
 

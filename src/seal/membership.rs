@@ -45,7 +45,7 @@ use crate::model::{Cid, record_cid, record_to_dag_cbor};
 use crate::repo::keys::{PublicKey, SigningKey};
 
 /// Collection of membership change records.
-pub const MEMBERSHIP_COLLECTION: &str = "chat.gel.assistant.membership";
+pub const MEMBERSHIP_COLLECTION: &str = crate::lexicon::chat::gel::assistant::membership::NSID;
 
 /// Label that starts every signed message.
 const SIGN_LABEL: &[u8] = b"gelstore/membership/v1";

@@ -48,8 +48,7 @@ use crate::server::error::XrpcError;
 use crate::server::state::AppState;
 use crate::server::xrpc::Request;
 
-const CHAT: &str = "chat.gel.assistant.chat";
-const MESSAGE: &str = "chat.gel.assistant.message";
+use crate::chat::store::{CHAT, MESSAGE};
 
 pub async fn get_thread(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     let chat = req.required("chat")?.to_owned();
