@@ -358,6 +358,56 @@ mod tests {
     }
 
     #[test]
+    fn queued_work_gives_its_captured_result_after_the_output() {
+        use crate::lexicon::chat::gel::assistant::defs::{ToolObservation, ToolObservationReason};
+        let seen = |state, text: &str, output: Option<&str>, reason| ToolObservation {
+            seq: None,
+            state,
+            text: Some(text.into()),
+            output: output.map(str::to_owned),
+            reason,
+            extra: Default::default(),
+        };
+        let accepted = |observations| {
+            let PlainContentPartsItem::ToolResultPart(mut r) = result("a") else {
+                unreachable!()
+            };
+            r.job_id = Some("t1".into());
+            r.observations = Some(observations);
+            r
+        };
+        let captured = accepted(vec![
+            seen(ToolObservationState::Awaited, "working...", None, None),
+            seen(
+                ToolObservationState::Captured,
+                "# Report",
+                Some("# Report\nbody"),
+                None,
+            ),
+        ]);
+        assert_eq!(
+            with_job(&captured),
+            "out\n\n[the result of t1]\n# Report\nbody"
+        );
+        let silent = accepted(vec![seen(
+            ToolObservationState::Silent,
+            "no result within 2 s",
+            None,
+            Some(ToolObservationReason::Exhausted),
+        )]);
+        assert_eq!(
+            with_job(&silent),
+            "out\n\n[t1 gave no result: silent (exhausted): no result within 2 s]"
+        );
+        let waiting = accepted(vec![seen(ToolObservationState::Awaited, "w", None, None)]);
+        assert_eq!(with_job(&waiting), "out");
+        let PlainContentPartsItem::ToolResultPart(plain) = result("a") else {
+            unreachable!()
+        };
+        assert_eq!(with_job(&plain), "out");
+    }
+
+    #[test]
     fn an_answered_wait_merges_into_one_assistant_turn() {
         let waiting = reply(
             "anthropic",
