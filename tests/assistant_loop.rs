@@ -82,6 +82,8 @@ struct Harness {
     _dir: tempfile::TempDir,
     store: ChatStore,
     chat: String,
+    /// Given to each job: the run stops when it says `true`.
+    stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Harness {
@@ -98,6 +100,7 @@ impl Harness {
             _dir: dir,
             store,
             chat,
+            stop: None,
         }
     }
 
@@ -114,9 +117,9 @@ impl Harness {
         let model = inputs.model(host).unwrap();
         let pending = self.store.start_reply(message, None).unwrap();
         let mut sink = Collect::default();
-        let finished = self
-            .rt
-            .block_on(self.agent.run(inputs.job(&pending, model, host), &mut sink));
+        let mut job = inputs.job(&pending, model, host);
+        job.stop = self.stop.clone();
+        let finished = self.rt.block_on(self.agent.run(job, &mut sink));
         self.store.finish_reply(&pending, &finished.reply).unwrap();
         let mut events = sink.0;
         events.extend(finished.events.iter().cloned());
@@ -1270,5 +1273,87 @@ fn an_mcp_task_past_the_wait_is_cancelled_and_observed_exhausted() {
         sent[0]
     );
     let model = ran.finished.reply.model.as_ref().map(|m| m.id.clone());
+    assert_eq!(replayed(&ran), folded(&ran.events, model));
+}
+
+/// Two tasks of one turn are followed at once: each is seen working
+/// before either is captured, and the next turn reads both reports.
+#[test]
+fn the_tasks_of_one_turn_are_followed_concurrently() {
+    let mock = MockProvider::start(vec![
+        Answer::sse("loop/anthropic_two_research_tasks.sse"),
+        Answer::sse("loop/anthropic_research_report.sse"),
+    ]);
+    let options = AgentOptions {
+        job_wait: Duration::from_secs(60),
+        ..AgentOptions::default()
+    };
+    let mut h = Harness::new(&mock, everything(), options);
+    let ran = h.ask("research tides and reefs", "anthropic/claude-sonnet-4-5");
+    assert_eq!(
+        ran.finished.reply.status,
+        MessageStatus::Complete,
+        "{:?}",
+        ran.events
+    );
+    let order: Vec<(String, String)> = ran
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            AssistantEvent::Observation { id, state, .. } => {
+                Some((id.clone(), state.as_str().to_owned()))
+            }
+            _ => None,
+        })
+        .collect();
+    let first_captured = order.iter().position(|(_, s)| s == "captured").unwrap();
+    for call in ["toolu_01ResearchTides", "toolu_01ResearchReefs"] {
+        let seen = order.iter().position(|(id, _)| id == call).unwrap();
+        assert!(seen < first_captured, "{order:?}");
+        assert_eq!(
+            order
+                .iter()
+                .filter(|(id, s)| id == call && s == "captured")
+                .count(),
+            1,
+            "{order:?}"
+        );
+    }
+    let sent = tool_results_sent(&mock.received()[1]);
+    assert_eq!(sent.len(), 2);
+    assert!(sent[0].contains("# Research Report: tides"), "{}", sent[0]);
+    assert!(sent[1].contains("# Research Report: reefs"), "{}", sent[1]);
+    let model = ran.finished.reply.model.as_ref().map(|m| m.id.clone());
+    assert_eq!(replayed(&ran), folded(&ran.events, model));
+}
+
+/// A run stopped while it waits for a task: the task is observed
+/// `interrupted` and the reply ends aborted, with no further turn.
+#[test]
+fn a_run_stopped_while_a_task_runs_observes_it_interrupted() {
+    let mock = MockProvider::start(vec![Answer::sse("loop/anthropic_research_task.sse")]);
+    let options = AgentOptions {
+        job_wait: Duration::from_secs(60),
+        ..AgentOptions::default()
+    };
+    let mut h = Harness::new(&mock, everything(), options);
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    h.stop = Some(rx);
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        let _ = tx.send(true);
+        tx
+    });
+    let ran = h.ask("research tides", "anthropic/claude-sonnet-4-5");
+    drop(stopper.join());
+    let reply = &ran.finished.reply;
+    assert_eq!(reply.status, MessageStatus::Interrupted, "{:?}", ran.events);
+    assert_eq!(reply.stop_reason, Some(MessageStopReason::Aborted));
+    let seen = observations(&ran.events);
+    let (last, awaited) = seen.split_last().expect("observations");
+    assert!(!awaited.is_empty() && awaited.iter().all(|o| o.0 == "awaited"));
+    assert_eq!(last.0, "interrupted", "{seen:?}");
+    assert_eq!(mock.received().len(), 1);
+    let model = reply.model.as_ref().map(|m| m.id.clone());
     assert_eq!(replayed(&ran), folded(&ran.events, model));
 }
