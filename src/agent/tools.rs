@@ -445,6 +445,22 @@ impl ToolHost {
             ),
             Ok(Err(e)) => (service_failure(&tool.server, e), None),
             Ok(Ok(Created::Done(result))) => (ran(&result), None),
+            // A record keeps a job id of 512 bytes at most.
+            Ok(Ok(Created::Task(state)))
+                if state.task_id.is_empty() || state.task_id.len() > 512 =>
+            {
+                (
+                    failed(
+                        ToolResultOutcome::Uncertain,
+                        codes::RESPONSE_INVALID,
+                        &format!(
+                            "{} named its task with an id this host cannot keep",
+                            tool.server
+                        ),
+                    ),
+                    None,
+                )
+            }
             Ok(Ok(Created::Task(state))) => {
                 let run = ToolRun {
                     job_id: Some(state.task_id.clone()),
