@@ -82,6 +82,8 @@ struct Harness {
     _dir: tempfile::TempDir,
     store: ChatStore,
     chat: String,
+    /// Given to each job: the run stops when it says `true`.
+    stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 impl Harness {
@@ -98,6 +100,7 @@ impl Harness {
             _dir: dir,
             store,
             chat,
+            stop: None,
         }
     }
 
@@ -114,9 +117,9 @@ impl Harness {
         let model = inputs.model(host).unwrap();
         let pending = self.store.start_reply(message, None).unwrap();
         let mut sink = Collect::default();
-        let finished = self
-            .rt
-            .block_on(self.agent.run(inputs.job(&pending, model, host), &mut sink));
+        let mut job = inputs.job(&pending, model, host);
+        job.stop = self.stop.clone();
+        let finished = self.rt.block_on(self.agent.run(job, &mut sink));
         self.store.finish_reply(&pending, &finished.reply).unwrap();
         let mut events = sink.0;
         events.extend(finished.events.iter().cloned());
@@ -1012,4 +1015,345 @@ fn a_tool_call_past_its_timeout_is_an_uncertain_result() {
     let echo = rt.block_on(tools.call("mcp_everything_echo", &json!({"message": "still here"})));
     assert_eq!(echo.output, "Echo: still here");
     rt.block_on(tools.shutdown());
+}
+
+/// The live run's events with each message's deltas folded into one
+/// `message` with its final text, where it first showed: what a replay of
+/// the finished record must equal.
+fn folded(live: &[AssistantEvent], model: Option<String>) -> Vec<AssistantEvent> {
+    let mut finals: std::collections::HashMap<String, String> = Default::default();
+    for e in live {
+        match e {
+            AssistantEvent::TextDelta { message_id, text } => {
+                finals.entry(message_id.clone()).or_default().push_str(text);
+            }
+            AssistantEvent::Message {
+                message_id, text, ..
+            } => {
+                finals.insert(message_id.clone(), text.clone());
+            }
+            _ => {}
+        }
+    }
+    let mut shown = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for e in live {
+        match e {
+            AssistantEvent::TextDelta { message_id, .. }
+            | AssistantEvent::Message { message_id, .. } => {
+                if shown.insert(message_id.clone()) {
+                    out.push(AssistantEvent::Message {
+                        message_id: message_id.clone(),
+                        text: finals[message_id].clone(),
+                        model: model.clone(),
+                    });
+                }
+            }
+            other => out.push(other.clone()),
+        }
+    }
+    out
+}
+
+/// The events a finished reply's record replays to.
+fn replayed(ran: &Ran) -> Vec<AssistantEvent> {
+    let chat = gelstore::lexicon::support::AtUri::new(
+        "at://did:plc:ewvi7nxzyoun6zhxrhs64oiz/chat.gel.assistant.chat/3lbqzcx2ss222",
+    )
+    .unwrap();
+    let mut record = gelstore::chat::record::pending_reply(
+        chat,
+        Datetime::new("2026-12-01T00:00:00.000Z").unwrap(),
+    );
+    ran.finished.reply.fill(&mut record);
+    gelstore::chat::replay::replay(
+        &ran.finished.reply.key,
+        &record,
+        Some(&ran.finished.reply.content),
+    )
+}
+
+/// The observations of `events`: (state, reason, text).
+fn observations(events: &[AssistantEvent]) -> Vec<(String, Option<String>, Option<String>)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            AssistantEvent::Observation {
+                state,
+                reason,
+                text,
+                ..
+            } => Some((
+                state.as_str().to_owned(),
+                reason.as_ref().map(|r| r.as_str().to_owned()),
+                text.clone(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The tool results of a provider request as the model reads them
+/// (Anthropic Messages: `tool_result` blocks).
+fn tool_results_sent(r: &Received) -> Vec<String> {
+    let mut out = Vec::new();
+    for m in r.body["messages"].as_array().into_iter().flatten() {
+        for b in m["content"].as_array().into_iter().flatten() {
+            if b["type"] == "tool_result" {
+                match &b["content"] {
+                    Value::String(s) => out.push(s.clone()),
+                    other => out.push(other.to_string()),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A tool the server runs as an MCP task (server-everything's
+/// `simulate-research-query`, tasks of protocol 2025-11-25): the call is
+/// `accepted` with the task's id, the loop polls the task (`awaited`
+/// with each status message), fetches its result (`captured`), and the
+/// next turn gives the model the report; the record replays the same.
+#[test]
+fn an_mcp_task_is_followed_to_its_result_which_the_next_turn_reads() {
+    let mock = MockProvider::start(vec![
+        Answer::sse("loop/anthropic_research_task.sse"),
+        Answer::sse("loop/anthropic_research_report.sse"),
+    ]);
+    let options = AgentOptions {
+        job_wait: Duration::from_secs(60),
+        ..AgentOptions::default()
+    };
+    let mut h = Harness::new(&mock, everything(), options);
+    let tool = "mcp_everything_simulate-research-query";
+    assert!(h.agent.tools().spec(tool).is_some());
+    let ran = h.ask("research tides", "anthropic/claude-sonnet-4-5");
+    let reply = &ran.finished.reply;
+    assert_eq!(reply.status, MessageStatus::Complete, "{:?}", ran.events);
+    assert_eq!(kinds(&ran), ["text", "call", "result", "text"]);
+
+    // The events: the call, its acceptance, what was seen of the task,
+    // then the next turn.
+    let flow: Vec<String> = event_types(&ran.events)
+        .into_iter()
+        .filter(|t| t != "text_delta" && t != "message")
+        .collect();
+    let seen = observations(&ran.events);
+    assert!(seen.len() >= 2, "{seen:?}");
+    let mut expected = vec!["tool_call".to_owned(), "tool_result".to_owned()];
+    expected.extend(std::iter::repeat_n("observation".to_owned(), seen.len()));
+    expected.push("done".to_owned());
+    assert_eq!(flow, expected, "{:?}", ran.events);
+    let (last, awaited) = seen.split_last().unwrap();
+    for (state, reason, text) in awaited {
+        assert_eq!((state.as_str(), reason), ("awaited", &None));
+        assert!(text.as_deref().unwrap().ends_with("..."), "{text:?}");
+    }
+    assert_eq!(awaited[0].2.as_deref(), Some("Gathering sources..."));
+    assert_eq!(
+        last,
+        &(
+            "captured".to_owned(),
+            None,
+            Some("# Research Report: tides".to_owned())
+        )
+    );
+    let job = ran
+        .events
+        .iter()
+        .find_map(|e| match e {
+            AssistantEvent::ToolResult {
+                outcome: ToolResultOutcome::Accepted,
+                job_id: Some(job),
+                ok: true,
+                ..
+            } => Some(job.clone()),
+            _ => None,
+        })
+        .expect("an accepted result with a job id");
+    assert!(ran.events.iter().all(|e| match e {
+        AssistantEvent::Observation { job_id, id, .. } =>
+            job_id.as_deref() == Some(job.as_str()) && id == "toolu_01ResearchTask",
+        _ => true,
+    }));
+
+    // The record: the output as the live result showed it, the report in
+    // the captured observation.
+    let result = result_of(&ran, "toolu_01ResearchTask");
+    assert_eq!(
+        result.output,
+        format!("[accepted] the work runs as task {job}")
+    );
+    assert_eq!(result.job_id.as_deref(), Some(job.as_str()));
+    let kept = result.observations.as_ref().unwrap();
+    let report = kept.last().unwrap().output.as_deref().unwrap();
+    assert!(report.starts_with("# Research Report: tides\n"), "{report}");
+    assert!(report.contains("Stage 4: Generating report"), "{report}");
+    assert!(kept[..kept.len() - 1].iter().all(|o| o.output.is_none()));
+
+    // The next turn's request gives the model the report after the
+    // acceptance.
+    let received = mock.received();
+    assert_eq!(received.len(), 2);
+    assert!(tool_results_sent(&received[0]).is_empty());
+    let sent = tool_results_sent(&received[1]);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert!(
+        sent[0].starts_with(&format!("[accepted] the work runs as task {job}")),
+        "{}",
+        sent[0]
+    );
+    assert!(sent[0].contains(report), "{}", sent[0]);
+    assert_no_key(&received, &ran);
+
+    // The finished record replays to the live events.
+    let model = reply.model.as_ref().map(|m| m.id.clone());
+    assert_eq!(replayed(&ran), folded(&ran.events, model));
+}
+
+/// A task that outlives the loop's `job_wait` is cancelled on its server
+/// and observed `silent` (`exhausted`); the next turn tells the model.
+#[test]
+fn an_mcp_task_past_the_wait_is_cancelled_and_observed_exhausted() {
+    let mock = MockProvider::start(vec![
+        Answer::sse("loop/anthropic_research_task.sse"),
+        Answer::sse("loop/anthropic_research_gave_up.sse"),
+    ]);
+    let options = AgentOptions {
+        job_wait: Duration::from_millis(1500),
+        ..AgentOptions::default()
+    };
+    let mut h = Harness::new(&mock, everything(), options);
+    let ran = h.ask("research tides", "anthropic/claude-sonnet-4-5");
+    assert_eq!(
+        ran.finished.reply.status,
+        MessageStatus::Complete,
+        "{:?}",
+        ran.events
+    );
+    let seen = observations(&ran.events);
+    let (last, awaited) = seen.split_last().expect("observations");
+    assert!(!awaited.is_empty() && awaited.iter().all(|o| o.0 == "awaited"));
+    assert_eq!(
+        (last.0.as_str(), last.1.as_deref()),
+        ("silent", Some("exhausted")),
+        "{seen:?}"
+    );
+    let result = result_of(&ran, "toolu_01ResearchTask");
+    let task = result.job_id.clone().unwrap();
+    assert!(
+        result
+            .observations
+            .iter()
+            .flatten()
+            .all(|o| o.output.is_none())
+    );
+
+    // The server was told: the task is cancelled there.
+    let handle = gelstore::agent::JobHandle {
+        server: "everything".into(),
+        task_id: task.clone(),
+        initial: gelstore::agent::tasks::TaskState {
+            task_id: task.clone(),
+            status: "working".into(),
+            message: None,
+            poll: None,
+        },
+    };
+    let state =
+        h.rt.block_on(h.agent.tools().job_state(&handle))
+            .expect("the server still knows the task");
+    assert_eq!(state.status, "cancelled", "{state:?}");
+
+    let sent = tool_results_sent(&mock.received()[1]);
+    assert!(
+        sent[0].contains(&format!("[{task} gave no result: silent (exhausted)")),
+        "{}",
+        sent[0]
+    );
+    let model = ran.finished.reply.model.as_ref().map(|m| m.id.clone());
+    assert_eq!(replayed(&ran), folded(&ran.events, model));
+}
+
+/// Two tasks of one turn are followed at once: each is seen working
+/// before either is captured, and the next turn reads both reports.
+#[test]
+fn the_tasks_of_one_turn_are_followed_concurrently() {
+    let mock = MockProvider::start(vec![
+        Answer::sse("loop/anthropic_two_research_tasks.sse"),
+        Answer::sse("loop/anthropic_research_report.sse"),
+    ]);
+    let options = AgentOptions {
+        job_wait: Duration::from_secs(60),
+        ..AgentOptions::default()
+    };
+    let mut h = Harness::new(&mock, everything(), options);
+    let ran = h.ask("research tides and reefs", "anthropic/claude-sonnet-4-5");
+    assert_eq!(
+        ran.finished.reply.status,
+        MessageStatus::Complete,
+        "{:?}",
+        ran.events
+    );
+    let order: Vec<(String, String)> = ran
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            AssistantEvent::Observation { id, state, .. } => {
+                Some((id.clone(), state.as_str().to_owned()))
+            }
+            _ => None,
+        })
+        .collect();
+    let first_captured = order.iter().position(|(_, s)| s == "captured").unwrap();
+    for call in ["toolu_01ResearchTides", "toolu_01ResearchReefs"] {
+        let seen = order.iter().position(|(id, _)| id == call).unwrap();
+        assert!(seen < first_captured, "{order:?}");
+        assert_eq!(
+            order
+                .iter()
+                .filter(|(id, s)| id == call && s == "captured")
+                .count(),
+            1,
+            "{order:?}"
+        );
+    }
+    let sent = tool_results_sent(&mock.received()[1]);
+    assert_eq!(sent.len(), 2);
+    assert!(sent[0].contains("# Research Report: tides"), "{}", sent[0]);
+    assert!(sent[1].contains("# Research Report: reefs"), "{}", sent[1]);
+    let model = ran.finished.reply.model.as_ref().map(|m| m.id.clone());
+    assert_eq!(replayed(&ran), folded(&ran.events, model));
+}
+
+/// A run stopped while it waits for a task: the task is observed
+/// `interrupted` and the reply ends aborted, with no further turn.
+#[test]
+fn a_run_stopped_while_a_task_runs_observes_it_interrupted() {
+    let mock = MockProvider::start(vec![Answer::sse("loop/anthropic_research_task.sse")]);
+    let options = AgentOptions {
+        job_wait: Duration::from_secs(60),
+        ..AgentOptions::default()
+    };
+    let mut h = Harness::new(&mock, everything(), options);
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    h.stop = Some(rx);
+    let stopper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1500));
+        let _ = tx.send(true);
+        tx
+    });
+    let ran = h.ask("research tides", "anthropic/claude-sonnet-4-5");
+    drop(stopper.join());
+    let reply = &ran.finished.reply;
+    assert_eq!(reply.status, MessageStatus::Interrupted, "{:?}", ran.events);
+    assert_eq!(reply.stop_reason, Some(MessageStopReason::Aborted));
+    let seen = observations(&ran.events);
+    let (last, awaited) = seen.split_last().expect("observations");
+    assert!(!awaited.is_empty() && awaited.iter().all(|o| o.0 == "awaited"));
+    assert_eq!(last.0, "interrupted", "{seen:?}");
+    assert_eq!(mock.received().len(), 1);
+    let model = reply.model.as_ref().map(|m| m.id.clone());
+    assert_eq!(replayed(&ran), folded(&ran.events, model));
 }

@@ -8,6 +8,9 @@
 //!   reasoning and calls of one model turn, then the results of those
 //!   calls. A call without a result in its reply (waiting, cut, never run)
 //!   is left out, so every call the provider sees has its result.
+//! - A result whose call queued work (`accepted`, a `jobId`) gives its
+//!   output followed by what became of the work: the result it captured
+//!   (the observation's `output`), or how it ended without one.
 //! - `providerData` goes back only to the provider that wrote it.
 //! - Consecutive assistant turns (a waiting reply's text, then the reply
 //!   to its answer) are merged into one.
@@ -15,7 +18,9 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::chat::ChatRecord;
-use crate::lexicon::chat::gel::assistant::defs::{PlainContentPartsItem, ProviderData};
+use crate::lexicon::chat::gel::assistant::defs::{
+    PlainContentPartsItem, ProviderData, ToolObservationState, ToolResultPart,
+};
 use crate::lexicon::chat::gel::assistant::message::MessageRole;
 use crate::provider::{AssistantPart, Conversation, ToolResultItem, Turn};
 
@@ -131,7 +136,7 @@ pub fn assistant_turns(parts: &[PlainContentPartsItem], same_provider: bool) -> 
                 results.push(ToolResultItem {
                     call_id: r.call_id.clone(),
                     name: (*name).to_owned(),
-                    output: r.output.clone(),
+                    output: with_job(r),
                     is_error: r.is_error.unwrap_or(false),
                 });
                 continue;
@@ -146,6 +151,46 @@ pub fn assistant_turns(parts: &[PlainContentPartsItem], same_provider: bool) -> 
     }
     flush(&mut current, &mut results, &mut turns);
     turns
+}
+
+/// A result's output as the model reads it: for queued work, followed by
+/// its captured result, or by how it ended without one.
+fn with_job(r: &ToolResultPart) -> String {
+    let (Some(job), Some(seen)) = (&r.job_id, &r.observations) else {
+        return r.output.clone();
+    };
+    if let Some(captured) = seen
+        .iter()
+        .rev()
+        .find(|o| o.state == ToolObservationState::Captured)
+    {
+        let result = captured
+            .output
+            .as_deref()
+            .or(captured.text.as_deref())
+            .unwrap_or("");
+        return format!("{}\n\n[the result of {job}]\n{result}", r.output);
+    }
+    match seen.last() {
+        Some(last) if last.state != ToolObservationState::Awaited => {
+            let reason = last
+                .reason
+                .as_ref()
+                .map(|r| format!(" ({})", r.as_str()))
+                .unwrap_or_default();
+            let text = last
+                .text
+                .as_deref()
+                .map(|t| format!(": {t}"))
+                .unwrap_or_default();
+            format!(
+                "{}\n\n[{job} gave no result: {}{reason}{text}]",
+                r.output,
+                last.state.as_str()
+            )
+        }
+        _ => r.output.clone(),
+    }
 }
 
 /// Appends `turns` (the reply being made) to `conversation`, merging an
@@ -310,6 +355,56 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn queued_work_gives_its_captured_result_after_the_output() {
+        use crate::lexicon::chat::gel::assistant::defs::{ToolObservation, ToolObservationReason};
+        let seen = |state, text: &str, output: Option<&str>, reason| ToolObservation {
+            seq: None,
+            state,
+            text: Some(text.into()),
+            output: output.map(str::to_owned),
+            reason,
+            extra: Default::default(),
+        };
+        let accepted = |observations| {
+            let PlainContentPartsItem::ToolResultPart(mut r) = result("a") else {
+                unreachable!()
+            };
+            r.job_id = Some("t1".into());
+            r.observations = Some(observations);
+            r
+        };
+        let captured = accepted(vec![
+            seen(ToolObservationState::Awaited, "working...", None, None),
+            seen(
+                ToolObservationState::Captured,
+                "# Report",
+                Some("# Report\nbody"),
+                None,
+            ),
+        ]);
+        assert_eq!(
+            with_job(&captured),
+            "out\n\n[the result of t1]\n# Report\nbody"
+        );
+        let silent = accepted(vec![seen(
+            ToolObservationState::Silent,
+            "no result within 2 s",
+            None,
+            Some(ToolObservationReason::Exhausted),
+        )]);
+        assert_eq!(
+            with_job(&silent),
+            "out\n\n[t1 gave no result: silent (exhausted): no result within 2 s]"
+        );
+        let waiting = accepted(vec![seen(ToolObservationState::Awaited, "w", None, None)]);
+        assert_eq!(with_job(&waiting), "out");
+        let PlainContentPartsItem::ToolResultPart(plain) = result("a") else {
+            unreachable!()
+        };
+        assert_eq!(with_job(&plain), "out");
     }
 
     #[test]

@@ -156,6 +156,7 @@ impl Inputs {
             tools,
             effort,
             policy,
+            stop: None,
         }
     }
 }

@@ -22,16 +22,20 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::{Sse, SseStream};
 
+use super::tasks::Discovery;
+
 const SESSION: &str = "mcp-session-id";
 const LAST_EVENT: &str = "last-event-id";
 const BOTH: &str = "application/json, text/event-stream";
 /// The largest JSON answer taken, in bytes.
 const MAX_JSON: usize = 16 * 1024 * 1024;
 
-/// Connects to the server at `url`, sending `headers` with every request.
+/// Connects to the server at `url`, sending `headers` with every request;
+/// its answers are shown to `discovery` while it looks.
 pub async fn connect(
     url: &str,
     headers: &BTreeMap<String, String>,
+    discovery: Discovery,
 ) -> Result<RunningService<RoleClient, ()>, String> {
     let mut custom = HashMap::new();
     for (k, v) in headers {
@@ -45,13 +49,13 @@ pub async fn connect(
         .map_err(|e| e.to_string())?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
     config.custom_headers = custom;
-    let transport = StreamableHttpClientTransport::with_client(Http(http), config);
+    let transport = StreamableHttpClientTransport::with_client(Http(http, discovery), config);
     ().serve(transport).await.map_err(|e| e.to_string())
 }
 
 /// reqwest 0.12 as rmcp's HTTP client.
 #[derive(Clone)]
-pub struct Http(reqwest::Client);
+pub struct Http(reqwest::Client, Discovery);
 
 type Failure = StreamableHttpError<reqwest::Error>;
 
@@ -94,8 +98,21 @@ fn media(response: &reqwest::Response) -> String {
         .to_ascii_lowercase()
 }
 
-fn events(response: reqwest::Response) -> BoxStream<'static, Result<Sse, SseError>> {
-    SseStream::from_bytes_stream(response.bytes_stream()).boxed()
+fn events(
+    response: reqwest::Response,
+    discovery: Discovery,
+) -> BoxStream<'static, Result<Sse, SseError>> {
+    SseStream::from_bytes_stream(response.bytes_stream())
+        .inspect(move |event| {
+            if let Ok(Sse {
+                data: Some(data), ..
+            }) = event
+                && discovery.open()
+            {
+                discovery.message(data.as_bytes());
+            }
+        })
+        .boxed()
 }
 
 fn unexpected(what: String) -> Failure {
@@ -132,7 +149,10 @@ impl StreamableHttpClient for Http {
         }
         let session = session_of(&response);
         match media(&response).as_str() {
-            "text/event-stream" => Ok(StreamableHttpPostResponse::Sse(events(response), session)),
+            "text/event-stream" => Ok(StreamableHttpPostResponse::Sse(
+                events(response, self.1.clone()),
+                session,
+            )),
             "application/json" => {
                 let mut body = Vec::new();
                 let mut stream = response.bytes_stream();
@@ -144,6 +164,7 @@ impl StreamableHttpClient for Http {
                         });
                     }
                 }
+                self.1.message(&body);
                 let message: ServerJsonRpcMessage = serde_json::from_slice(&body)?;
                 Ok(StreamableHttpPostResponse::Json(message, session))
             }
@@ -208,6 +229,6 @@ impl StreamableHttpClient for Http {
                 &response,
             ))));
         }
-        Ok(events(response))
+        Ok(events(response, self.1.clone()))
     }
 }

@@ -10,6 +10,7 @@
 //!   ▼
 //!   LineRun (the chat core's Reply) ──▶ AssistantEvents (seed 000) ──▶ publish
 //!   │ after the turn: calls_to_run (no approval needed) ──▶ tools (MCP, bounded)
+//!   │                 accepted (MCP tasks) ──▶ followed ──▶ observations
 //!   │                 has_gated_calls ──▶ finish: `waiting`, confirm_required
 //!   └─ results appended; the reply's parts so far extend the history; next turn
 //! ```
@@ -26,6 +27,7 @@
 pub mod history;
 pub mod inputs;
 mod mcp_http;
+pub mod tasks;
 pub mod tools;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -34,7 +36,7 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 
-pub use self::tools::{McpConfigError, McpServers, ServerConfig, ToolHost};
+pub use self::tools::{JobHandle, McpConfigError, McpServers, ServerConfig, ToolHost};
 use crate::chat::approval::{Decision, MAX_WORDS, Resolution, truncate_words};
 use crate::chat::assemble::FinishedCall;
 use crate::chat::run::{LineRun, begin_reply, settle_answer};
@@ -63,6 +65,10 @@ pub struct AgentOptions {
     pub tool_jobs: usize,
     /// A provider silent this long is cut.
     pub idle: Duration,
+    /// The work an accepted call queued (an MCP task) is waited for this
+    /// long at most; then it is cancelled and observed `silent`
+    /// (`exhausted`).
+    pub job_wait: Duration,
 }
 
 impl Default for AgentOptions {
@@ -72,6 +78,7 @@ impl Default for AgentOptions {
             max_tokens: 8192,
             tool_jobs: 4,
             idle: Duration::from_secs(120),
+            job_wait: Duration::from_secs(300),
         }
     }
 }
@@ -111,6 +118,9 @@ pub struct Job<'a> {
     pub tools: Option<Vec<String>>,
     pub effort: Option<String>,
     pub policy: Arc<dyn ApprovalPolicy + Send + Sync>,
+    /// Says `true` when the run is to stop: queued work still followed is
+    /// then observed `interrupted` and the reply ends aborted.
+    pub stop: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// Where events go as they are made (a trait rather than a closure: a
@@ -174,6 +184,7 @@ impl Agent {
             run.end()
         };
         // The approved calls of an answer run first.
+        let mut approved_jobs = Vec::new();
         let settled = match job.resolution {
             None => None,
             Some(resolution) => {
@@ -191,8 +202,13 @@ impl Agent {
                         (c.call.call_id.clone(), c.call.name.clone(), args)
                     })
                     .collect();
-                let runs: BTreeMap<String, ToolRun> =
-                    self.run_calls(&approved).await.into_iter().collect();
+                let mut runs = BTreeMap::new();
+                for (id, run, job) in self.run_calls(&approved).await {
+                    if let Some(job) = job {
+                        approved_jobs.push((id.clone(), job));
+                    }
+                    runs.insert(id, run);
+                }
                 match settle_answer(resolution, &runs) {
                     Ok(s) => Some(s),
                     Err(e) => return fail_now(ErrorCode::Internal, e.to_string()),
@@ -210,6 +226,15 @@ impl Agent {
         for e in &first {
             publish.publish(e);
         }
+        let mut events = Vec::new();
+        if !approved_jobs.is_empty()
+            && self
+                .follow_jobs(approved_jobs, &job, &mut run, &mut events, publish)
+                .await
+        {
+            run.end_with(End::Aborted);
+            return run.end();
+        }
         let client = match self.client(&job.model.provider) {
             Ok(c) => c,
             Err(e) => {
@@ -223,7 +248,6 @@ impl Agent {
         };
         let offered = self.offered(job.tools.as_deref());
         let base = history::conversation(job.system.clone(), job.branch, &job.model.provider);
-        let mut events = Vec::new();
         for _step in 0..self.options.max_steps {
             let mut conversation = base.clone();
             // The reply's own parts so far are this provider's.
@@ -265,7 +289,11 @@ impl Agent {
                     run.set_source(id, source);
                 }
             }
-            for (call_id, result) in self.run_calls(&work).await {
+            let mut jobs = Vec::new();
+            for (call_id, result, job) in self.run_calls(&work).await {
+                if let Some(job) = job {
+                    jobs.push((call_id.clone(), job));
+                }
                 run.apply(
                     StreamLine::ToolResult {
                         call_id,
@@ -276,6 +304,14 @@ impl Agent {
                 for e in events.drain(..) {
                     publish.publish(&e);
                 }
+            }
+            if !jobs.is_empty()
+                && self
+                    .follow_jobs(jobs, &job, &mut run, &mut events, publish)
+                    .await
+            {
+                run.end_with(End::Aborted);
+                break;
             }
             if run.reply().has_gated_calls() {
                 run.end_with(End::Done {
@@ -371,13 +407,55 @@ impl Agent {
         }
     }
 
+    /// Follows the work the turn's accepted calls queued, all at once,
+    /// until each settles, the wait runs out or the job is stopped; what
+    /// is seen goes into `run` as observations, published as they come.
+    /// Whether the job was stopped.
+    async fn follow_jobs(
+        &self,
+        jobs: Vec<(String, JobHandle)>,
+        job: &Job<'_>,
+        run: &mut LineRun,
+        events: &mut Vec<AssistantEvent>,
+        publish: Publish<'_>,
+    ) -> bool {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let wait = self.options.job_wait;
+        let following: Vec<_> = jobs
+            .into_iter()
+            .map(|(call_id, handle)| {
+                let tx = tx.clone();
+                let tools = self.tools.clone();
+                let stop = job.stop.clone();
+                async move {
+                    tasks::follow(&tools, &handle, wait, stop, |observed| {
+                        let _ = tx.send((call_id.clone(), observed));
+                    })
+                    .await
+                }
+            })
+            .collect();
+        drop(tx);
+        let apply = async {
+            while let Some((call_id, observed)) = rx.recv().await {
+                run.apply(StreamLine::Observation { call_id, observed }, events);
+                for e in events.drain(..) {
+                    publish.publish(&e);
+                }
+            }
+        };
+        tokio::join!(futures_util::future::join_all(following), apply);
+        job.stop.as_ref().is_some_and(|s| *s.borrow())
+    }
+
     /// Runs calls concurrently (at most `tool_jobs` at once); results in
-    /// call order.
+    /// call order, each with the job it queued, if any.
     async fn run_calls(
         &self,
         calls: &[(String, String, serde_json::Value)],
-    ) -> Vec<(String, ToolRun)> {
+    ) -> Vec<(String, ToolRun, Option<JobHandle>)> {
         let tools = self.tools.clone();
+        let wait = self.options.job_wait;
         // Owned futures: a stream over a borrowing closure would make the
         // caller's future fail the `Send` check (a higher-ranked closure).
         let futures: Vec<_> = calls
@@ -386,8 +464,8 @@ impl Agent {
             .map(|(id, name, args)| {
                 let tools = tools.clone();
                 async move {
-                    let run = tools.call(&name, &args).await;
-                    (id, run)
+                    let (run, job) = tools.call_job(&name, &args, wait).await;
+                    (id, run, job)
                 }
             })
             .collect();

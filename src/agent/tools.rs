@@ -15,11 +15,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rmcp::ServiceExt;
-use rmcp::model::{CallToolRequestParams, ContentBlock};
+use rmcp::model::{CallToolRequestParams, CallToolResult, ContentBlock};
 use rmcp::service::{RoleClient, RunningService, ServiceError};
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::tasks::{self, Created, Discovery, TaskState};
 use crate::chat::ToolRun;
 use crate::lexicon::chat::gel::assistant::subscribe_reply::{Effects, Subject, ToolResultOutcome};
 use crate::provider::ToolSpec;
@@ -157,6 +158,18 @@ struct HostedTool {
     /// `None` when the schema does not compile here (a remote `$ref`):
     /// the server then checks the arguments itself.
     validator: Option<jsonschema::Validator>,
+    /// Called as an MCP task (the server takes task-augmented calls and
+    /// the tool's `execution.taskSupport` is `optional` or `required`).
+    task: bool,
+}
+
+/// The work an `accepted` call queued: an MCP task on a server.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobHandle {
+    pub server: String,
+    pub task_id: String,
+    /// The task as the call's answer described it.
+    pub initial: TaskState,
 }
 
 /// The tools of the configured MCP servers, connected.
@@ -281,34 +294,35 @@ impl ToolHost {
             code,
             message,
         };
+        // What the server says of tasks, read from its own answers until
+        // its tools are listed (rmcp's types do not keep it).
+        let discovery = Discovery::new();
         let client = match config {
             ServerConfig::Stdio { command, args, env } => {
                 let mut cmd = tokio::process::Command::new(command);
                 cmd.args(args).envs(env);
                 // The server's password must not reach a tool.
                 cmd.env_remove("GELSTORE_PASSWORD");
-                let transport = rmcp::transport::TokioChildProcess::builder(cmd)
-                    .stderr(std::process::Stdio::null())
-                    .spawn()
-                    .map(|(t, _)| t)
-                    .map_err(|e| {
-                        problem(
-                            codes::TRANSPORT_FAILED,
-                            format!("{command} did not start: {e}"),
-                        )
-                    })?;
+                let transport = tasks::Child::spawn(cmd, discovery.clone()).map_err(|e| {
+                    problem(
+                        codes::TRANSPORT_FAILED,
+                        format!("{command} did not start: {e}"),
+                    )
+                })?;
                 ().serve(transport)
                     .await
                     .map_err(|e| problem(codes::TRANSPORT_FAILED, format!("{command}: {e}")))?
             }
-            ServerConfig::Http { url, headers } => super::mcp_http::connect(url, headers)
-                .await
-                .map_err(|e| problem(codes::TRANSPORT_FAILED, format!("{url}: {e}")))?,
+            ServerConfig::Http { url, headers } => {
+                super::mcp_http::connect(url, headers, discovery.clone())
+                    .await
+                    .map_err(|e| problem(codes::TRANSPORT_FAILED, format!("{url}: {e}")))?
+            }
         };
-        let listed = client
-            .list_all_tools()
-            .await
-            .map_err(|e| problem(codes::READ_FAILED, format!("listing tools: {e}")))?;
+        let listed = client.list_all_tools().await;
+        let support = discovery.close();
+        let listed =
+            listed.map_err(|e| problem(codes::READ_FAILED, format!("listing tools: {e}")))?;
         for tool in listed {
             let schema = Value::Object((*tool.input_schema).clone());
             let offered = offered_name(name, &tool.name);
@@ -339,6 +353,7 @@ impl ToolHost {
                     source: config.source(),
                     info,
                     validator,
+                    task: support.as_task(&tool.name),
                 },
             );
         }
@@ -370,14 +385,137 @@ impl ToolHost {
     /// over [`MAX_OUTPUT_KEPT`] bytes is cut there, with a note saying how
     /// much was left out.
     pub async fn call(&self, name: &str, args: &Value) -> ToolRun {
+        self.call_job(name, args, Duration::from_secs(300)).await.0
+    }
+
+    /// [`ToolHost::call`], and for a tool the server runs as a task, the
+    /// task it queued (the result is then `accepted`, its `jobId` the task
+    /// id; the server is asked to keep it `wait` and a margin). The
+    /// caller follows the job ([`tasks::follow`]).
+    pub async fn call_job(
+        &self,
+        name: &str,
+        args: &Value,
+        wait: Duration,
+    ) -> (ToolRun, Option<JobHandle>) {
         let started = Instant::now();
-        let mut run = self.call_inner(name, args).await;
+        let (mut run, job) = match self.call_task(name, args, wait).await {
+            Some(queued) => queued,
+            None => (self.call_inner(name, args).await, None),
+        };
         run.elapsed_ms = Some(u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX));
         let whole = run.output.len();
         run.output = cut_output(run.output);
         // A cut JSON text no longer parses: it is text now.
         run.json &= run.output.len() == whole;
-        run
+        (run, job)
+    }
+
+    /// A call to a task tool, its arguments checked first (`None`: not a
+    /// task tool, or arguments the plain path refuses).
+    async fn call_task(
+        &self,
+        name: &str,
+        args: &Value,
+        wait: Duration,
+    ) -> Option<(ToolRun, Option<JobHandle>)> {
+        let tool = self.tools.get(name).filter(|t| t.task)?;
+        let object = args.as_object()?;
+        if tool.validator.as_ref().is_some_and(|v| !v.is_valid(args)) {
+            return None;
+        }
+        let client = self.clients.get(&tool.server)?;
+        let created = tokio::time::timeout(
+            self.timeout,
+            tasks::create(client, &tool.tool, object, wait),
+        )
+        .await;
+        Some(match created {
+            Err(_) => (
+                failed(
+                    ToolResultOutcome::Uncertain,
+                    codes::TIMEOUT,
+                    &format!(
+                        "{} did not answer within {} s",
+                        tool.server,
+                        self.timeout.as_secs()
+                    ),
+                ),
+                None,
+            ),
+            Ok(Err(e)) => (service_failure(&tool.server, e), None),
+            Ok(Ok(Created::Done(result))) => (ran(&result), None),
+            // A record keeps a job id of 512 bytes at most.
+            Ok(Ok(Created::Task(state)))
+                if state.task_id.is_empty() || state.task_id.len() > 512 =>
+            {
+                (
+                    failed(
+                        ToolResultOutcome::Uncertain,
+                        codes::RESPONSE_INVALID,
+                        &format!(
+                            "{} named its task with an id this host cannot keep",
+                            tool.server
+                        ),
+                    ),
+                    None,
+                )
+            }
+            Ok(Ok(Created::Task(state))) => {
+                let run = ToolRun {
+                    job_id: Some(state.task_id.clone()),
+                    ..ToolRun::new(
+                        ToolResultOutcome::Accepted,
+                        format!("[accepted] the work runs as task {}", state.task_id),
+                    )
+                };
+                let job = JobHandle {
+                    server: tool.server.clone(),
+                    task_id: state.task_id.clone(),
+                    initial: state,
+                };
+                (run, Some(job))
+            }
+        })
+    }
+
+    /// The job's task as its server describes it now.
+    pub async fn job_state(&self, job: &JobHandle) -> Result<TaskState, String> {
+        let client = self
+            .clients
+            .get(&job.server)
+            .ok_or("the task's server is not connected")?;
+        match tokio::time::timeout(self.timeout, tasks::get(client, &job.task_id)).await {
+            Err(_) => Err(format!("{} did not say how the task is", job.server)),
+            Ok(Err(e)) => Err(format!("{}: {e}", job.server)),
+            Ok(Ok(state)) => Ok(state),
+        }
+    }
+
+    /// The finished job's result as the model reads it (cut as a call's
+    /// output is), and whether it is an error.
+    pub async fn job_result(&self, job: &JobHandle) -> Result<(String, bool), String> {
+        let client = self
+            .clients
+            .get(&job.server)
+            .ok_or("the task's server is not connected")?;
+        match tokio::time::timeout(self.timeout, tasks::result(client, &job.task_id)).await {
+            Err(_) => Err(format!("{} did not give the task's result", job.server)),
+            Ok(Err(e)) => Err(format!("{}: {e}", job.server)),
+            Ok(Ok(result)) => {
+                let (output, _) = render(&result.content, result.structured_content.as_ref());
+                Ok((cut_output(output), result.is_error.unwrap_or(false)))
+            }
+        }
+    }
+
+    /// Asks the job's server to cancel its task.
+    pub async fn cancel_job(&self, job: &JobHandle) {
+        if let Some(client) = self.clients.get(&job.server)
+            && let Err(e) = tasks::cancel(client, &job.task_id).await
+        {
+            tracing::warn!("cancelling task {} on {}: {e}", job.task_id, job.server);
+        }
     }
 
     async fn call_inner(&self, name: &str, args: &Value) -> ToolRun {
@@ -438,15 +576,7 @@ impl ToolHost {
                 ),
             ),
             Ok(Err(e)) => service_failure(&tool.server, e),
-            Ok(Ok(result)) => {
-                let (output, json) = render(&result.content, result.structured_content.as_ref());
-                ToolRun {
-                    is_error: result.is_error.unwrap_or(false),
-                    json,
-                    subject: subject_of(&result.content),
-                    ..ToolRun::new(ToolResultOutcome::Succeeded, output)
-                }
-            }
+            Ok(Ok(result)) => ran(&result),
         }
     }
 
@@ -475,6 +605,17 @@ fn cut_output(output: String) -> String {
         end -= 1;
     }
     format!("{}{note}", &output[..end])
+}
+
+/// A call that ran, as its result says.
+fn ran(result: &CallToolResult) -> ToolRun {
+    let (output, json) = render(&result.content, result.structured_content.as_ref());
+    ToolRun {
+        is_error: result.is_error.unwrap_or(false),
+        json,
+        subject: subject_of(&result.content),
+        ..ToolRun::new(ToolResultOutcome::Succeeded, output)
+    }
 }
 
 fn failed(outcome: ToolResultOutcome, code: &str, message: &str) -> ToolRun {

@@ -192,6 +192,10 @@ pub struct Observed {
     pub text: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<ObservationReason>,
+    /// With `captured`: the work's result as the model reads it (kept in
+    /// the record for the next turn; the event shows only `text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
 }
 
 /// One line of a recorded run (`fixtures/streams/*/input.jsonl`, the fuzz

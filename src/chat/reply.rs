@@ -741,6 +741,15 @@ impl Reply {
                 call_id: call_id.to_owned(),
             });
         }
+        if let Some(output) = &observed.output
+            && output.len() > limits::TOOL_OUTPUT
+        {
+            return Err(ReplyError::OutputTooLarge {
+                call_id: call_id.to_owned(),
+                size: output.len(),
+                limit: limits::TOOL_OUTPUT,
+            });
+        }
         let kept = part.observations.get_or_insert_with(Vec::new);
         if kept.len() >= MAX_OBSERVATIONS {
             return Err(ReplyError::TooManyObservations {

@@ -106,6 +106,7 @@ pub fn stored_observation(observed: &Observed, seq: usize) -> ToolObservation {
         seq: Some(i64::try_from(seq).unwrap_or(i64::MAX)),
         state: convert(&observed.state),
         text: observed.text.clone(),
+        output: observed.output.clone(),
         reason: observed.reason.as_ref().map(convert),
         extra: Default::default(),
     }

@@ -1048,6 +1048,10 @@ pub struct ToolObservation {
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
+    /// On captured: the work's result as the model read it (cut as a tool output is); the event shows only `text`.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<ToolObservationReason>,
@@ -1067,6 +1071,10 @@ impl support::Validate for ToolObservation {
         if let Some(v) = &self.text {
             let p = path.key("text");
             support::max_length(v.as_str(), 10000, &p, errors);
+        }
+        if let Some(v) = &self.output {
+            let p = path.key("output");
+            support::max_length(v.as_str(), 500000, &p, errors);
         }
         if let Some(v) = &self.reason {
             let p = path.key("reason");
