@@ -42,8 +42,8 @@ use crate::repo::repository::{RepoError, Repository, Write};
 use crate::seal::membership::MEMBERSHIP_COLLECTION;
 use crate::seal::wrap::KEY_WRAP_COLLECTION;
 use crate::seal::{
-    Envelope, KeyLookup, KeySet, KeyWrap, Keyring, Place, SealError, SealOptions, SignedChange,
-    open_record, seal_record, sealed_fields,
+    Envelope, KeyLookup, KeySet, KeyWrap, Keyring, Place, ResealedWrap, SealError, SealOptions,
+    SignedChange, open_record, seal_record, sealed_fields,
 };
 
 /// The collections a store seals and pushes.
@@ -87,8 +87,10 @@ pub struct ResealReport {
     pub wraps: usize,
     /// Membership changes signed again.
     pub changes: usize,
-    /// Records dropped: other devices' pairing wraps (see `left_behind`)
-    /// and membership changes that never verified, as `collection/rkey`.
+    /// Records dropped, as `collection/rkey`: other devices' pairing wraps
+    /// (see `left_behind`), key wraps this device's keyring does not accept
+    /// (planted by the PDS, or damaged: they open for nobody here) and
+    /// membership changes that never verified.
     pub dropped: Vec<String>,
     /// Devices paired from an exported CAR: their pairing wraps cannot be
     /// made without their pairing secrets, so they must pair again.
@@ -327,15 +329,24 @@ fn plan(
             wraps.push(w);
         }
     }
+    // Only the wraps the keyring accepts are made again; the others (another
+    // device's pairing wrap, or one planted by the PDS) are dropped by name.
     let resealed = keyring.resealed_for(to, &state.request(), &wraps, rng)?;
     for ((rkey, cid), wrap) in wrap_rkeys.into_iter().zip(&resealed.wraps) {
         match wrap {
-            Some(w) => {
+            ResealedWrap::Remade(w) => {
                 writes.push(update(KEY_WRAP_COLLECTION, &rkey, wrap_to_value(w)?, cid));
                 keys.wraps.push(w.clone());
                 report.wraps += 1;
             }
-            None => {
+            ResealedWrap::LeftBehind(_) | ResealedWrap::Refused(_) => {
+                if let ResealedWrap::Refused(why) = wrap {
+                    tracing::warn!(
+                        record = %format!("{KEY_WRAP_COLLECTION}/{rkey}"),
+                        why = %why,
+                        "a key wrap this device does not accept is left out of the re-seal"
+                    );
+                }
                 writes.push(Write::Delete {
                     collection: KEY_WRAP_COLLECTION.to_owned(),
                     rkey: rkey.clone(),
