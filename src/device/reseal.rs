@@ -34,9 +34,10 @@ use ipld_core::ipld::Ipld;
 use rand_core::CryptoRng;
 use serde::Serialize;
 
+use super::error::{DeviceError, not_paired};
+use super::handle::derive;
 use super::records::{DEVICE_COLLECTION, wrap_from_value, wrap_to_value};
 use super::state::{DeviceState, PendingReseal, load_device_key};
-use super::{DeviceError, derive};
 use crate::model::{Cid, ipld_to_json, record_from_json};
 use crate::repo::repository::{RepoError, Repository, Write};
 use crate::seal::membership::MEMBERSHIP_COLLECTION;
@@ -515,7 +516,7 @@ fn verify_plan(
     plan: &Plan,
 ) -> Result<(), DeviceError> {
     let (Some(device), Some(account_key)) = (&state.device, &state.account_key_id) else {
-        return Err(super::not_paired(state));
+        return Err(not_paired(state));
     };
     let (ring, _) = Keyring::rejoin(
         account,
