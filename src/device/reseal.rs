@@ -110,7 +110,7 @@ pub fn reseal_for_account(
     dir: &Path,
     repo: &mut Repository,
     account: &str,
-    pushed: &BTreeMap<String, String>,
+    pushed: &BTreeMap<String, Cid>,
     rng: &mut impl CryptoRng,
 ) -> Result<ResealOutcome, DeviceError> {
     let Some(mut state) = DeviceState::load(dir)? else {
@@ -182,7 +182,7 @@ pub fn check_ready(
     dir: &Path,
     repo: &Repository,
     account: &str,
-    pushed: &BTreeMap<String, String>,
+    pushed: &BTreeMap<String, Cid>,
 ) -> Result<(), DeviceError> {
     let Some(state) = DeviceState::load(dir)? else {
         return Ok(());
@@ -247,13 +247,10 @@ fn sealing_did(state: &DeviceState, repo: &Repository) -> String {
 
 /// Whether the PDS already holds one of this store's membership records as
 /// it is here (pushed by an earlier version, sealed for its did:key).
-fn linked_earlier(
-    repo: &Repository,
-    pushed: &BTreeMap<String, String>,
-) -> Result<bool, DeviceError> {
+fn linked_earlier(repo: &Repository, pushed: &BTreeMap<String, Cid>) -> Result<bool, DeviceError> {
     for item in repo.list(Some(MEMBERSHIP_COLLECTION))? {
         let (key, cid) = item?;
-        if pushed.get(&key) == Some(&cid.to_string()) {
+        if pushed.get(&key) == Some(&cid) {
             return Ok(true);
         }
     }

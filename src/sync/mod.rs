@@ -103,7 +103,8 @@ pub const STATE_FILE: &str = "sync.json";
 /// [`mirror`]): which account this store syncs with, the remote head the
 /// mirror is at, and the CID of every remote record. Kept in the store
 /// (`Table::Mirror` and `Meta` rows, see [`stored`]); this is the copy a
-/// run works on. (Serde: the `sync.json` format of older versions.)
+/// run works on. (Serde: the `sync.json` format of older versions, CIDs
+/// as strings; in memory they are [`Cid`]s.)
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
 pub struct SyncState {
     /// The account's DID (set by the first sync).
@@ -112,15 +113,41 @@ pub struct SyncState {
     pub service: Option<String>,
     /// `collection/rkey` → CID of our records on the PDS, as acknowledged
     /// by a push or seen in a pull.
-    pub pushed: BTreeMap<String, String>,
+    #[serde(with = "cid_strings")]
+    pub pushed: BTreeMap<String, Cid>,
     /// The remote head the mirror is at (`None`: never pulled, or the
     /// mirror is to be re-pulled in full).
     #[serde(default)]
     pub remote: Option<RemoteHead>,
     /// `collection/rkey` → CID of the remote records of other collections
     /// (keys and CIDs only; their bodies are not kept).
-    #[serde(default)]
-    pub others: BTreeMap<String, String>,
+    #[serde(default, with = "cid_strings")]
+    pub others: BTreeMap<String, Cid>,
+}
+
+/// Serde of a `collection/rkey → CID` map with each CID as its string, as
+/// `sync.json` held it (a CID that does not parse is an error naming its
+/// key).
+mod cid_strings {
+    use std::collections::BTreeMap;
+
+    use cid::Cid;
+    use serde::de::Error as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(map: &BTreeMap<String, Cid>, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_map(map.iter().map(|(k, c)| (k, c.to_string())))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, Cid>, D::Error> {
+        BTreeMap::<String, String>::deserialize(d)?
+            .into_iter()
+            .map(|(k, c)| match crate::model::parse_cid(&c) {
+                Ok(cid) => Ok((k, cid)),
+                Err(e) => Err(D::Error::custom(format!("the CID of {k}: {e}"))),
+            })
+            .collect()
+    }
 }
 
 pub(crate) fn parse_marker_cid(key: &str, cid: &str) -> Result<Cid, SyncError> {

@@ -14,9 +14,7 @@ use cid::Cid;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{
-    COLLECTION_PREFIX, RemoteHead, Session, SyncError, SyncState, batch, mirror, parse_marker_cid,
-};
+use super::{COLLECTION_PREFIX, RemoteHead, Session, SyncError, SyncState, batch, mirror};
 use crate::repo::keys::PublicKey;
 use crate::repo::repository::{RepoError, Repository};
 
@@ -74,8 +72,8 @@ fn local_record(repo: &Repository, key: &str, cid: Cid) -> Result<LocalRecord, S
 
 enum Op<'a> {
     Create(&'a LocalRecord),
-    Update(&'a LocalRecord, String),
-    Delete(String, String),
+    Update(&'a LocalRecord, Cid),
+    Delete(String, Cid),
 }
 
 fn bad_name(key: &str, e: &str) -> SyncError {
@@ -175,21 +173,21 @@ pub fn push(
     for (key, cid) in &local {
         present.insert(key.as_str());
         match state.pushed.get(key) {
-            Some(was) if *was == cid.to_string() => unchanged += 1,
-            was => outgoing.push((local_record(repo, key, *cid)?, was.cloned())),
+            Some(was) if was == cid => unchanged += 1,
+            was => outgoing.push((local_record(repo, key, *cid)?, was.copied())),
         }
     }
     let mut ops: Vec<Op> = outgoing
         .iter()
         .map(|(r, was)| match was {
-            Some(was) => Op::Update(r, was.clone()),
+            Some(was) => Op::Update(r, *was),
             None => Op::Create(r),
         })
         .collect();
     report.unchanged = unchanged;
     for (key, cid) in &state.pushed {
         if !present.contains(key.as_str()) {
-            ops.push(Op::Delete(key.clone(), cid.clone()));
+            ops.push(Op::Delete(key.clone(), *cid));
         }
     }
     // The session reports each acknowledged write to the same hooks.
@@ -301,7 +299,7 @@ fn record_done(
             if let Some(remote) = remote {
                 check_cid(&r.key, &r.cid, remote)?;
             }
-            state.pushed.insert(r.key.clone(), r.cid.to_string());
+            state.pushed.insert(r.key.clone(), r.cid);
             if let Some(tree) = tree {
                 tree.set(&r.key, r.cid)?;
             }
@@ -339,17 +337,13 @@ fn push_one(
         // (`InvalidSwap`) if someone else changed the record since.
         Op::Update(r, swap) => {
             let (collection, rkey) = names(&r.key)?;
-            let remote = session.update_swapped(
-                collection,
-                rkey,
-                unknown(&r.key, &r.value)?,
-                parse_marker_cid(&r.key, swap)?,
-            )?;
+            let remote =
+                session.update_swapped(collection, rkey, unknown(&r.key, &r.value)?, *swap)?;
             record_done(op, Some(&remote), state, tree, report)
         }
         Op::Delete(key, swap) => {
             let (collection, rkey) = names(key)?;
-            session.delete_swapped(collection, rkey, parse_marker_cid(key, swap)?)?;
+            session.delete_swapped(collection, rkey, *swap)?;
             record_done(op, None, state, tree, report)
         }
     }
@@ -380,7 +374,7 @@ mod tests {
         for n in 0..40 {
             state
                 .others
-                .insert(format!("app.example.thing/k{n:04}"), cid(n).to_string());
+                .insert(format!("app.example.thing/k{n:04}"), cid(n));
         }
         let mut tree = Some(mirror::MirrorTree::of(&state).unwrap());
         let mut report = PushReport::default();
@@ -395,7 +389,7 @@ mod tests {
             let mut records = Vec::new();
             let mut deletes = Vec::new();
             for key in keys {
-                let held = state.pushed.get(&key).cloned();
+                let held = state.pushed.get(&key).copied();
                 match held {
                     Some(prev) if rng.below(3) == 0 => deletes.push((key, prev)),
                     held => {
@@ -414,7 +408,7 @@ mod tests {
             let batch: Vec<Op<'_>> = records
                 .iter()
                 .map(|(r, held)| match held {
-                    Some(prev) => Op::Update(r, prev.clone()),
+                    Some(prev) => Op::Update(r, *prev),
                     None => Op::Create(r),
                 })
                 .chain(deletes.into_iter().map(|(k, p)| Op::Delete(k, p)))

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::push::{local_cids, push};
 use super::{
     COLLECTION_PREFIX, MergeReport, NoProgress, Progress, PushReport, ResealOutcome, Session,
-    SyncError, SyncState, did, merge, mirror, parse_marker_cid, stored,
+    SyncError, SyncState, did, merge, mirror, stored,
 };
 use crate::repo::blocks::MemoryBlocks;
 use crate::repo::keys::PublicKey;
@@ -88,7 +88,7 @@ pub fn signing_key(session: &Session, plc: &str) -> Result<PublicKey, SyncError>
 pub fn pull_verify(
     session: &Session,
     key: &PublicKey,
-    pushed: &BTreeMap<String, String>,
+    pushed: &BTreeMap<String, Cid>,
 ) -> Result<PullReport, SyncError> {
     let car = session.get_repo()?;
     verify_remote(&car, session.did(), key, pushed)
@@ -101,7 +101,7 @@ pub fn verify_remote(
     car: &[u8],
     did: &str,
     key: &PublicKey,
-    pushed: &BTreeMap<String, String>,
+    pushed: &BTreeMap<String, Cid>,
 ) -> Result<PullReport, SyncError> {
     let verified = verify_repo_car(
         car,
@@ -114,9 +114,7 @@ pub fn verify_remote(
         .filter(|(k, _)| !k.starts_with(COLLECTION_PREFIX))
         .cloned()
         .collect();
-    for (k, cid) in pushed {
-        entries.push((k.clone(), parse_marker_cid(k, cid)?));
-    }
+    entries.extend(pushed.iter().map(|(k, c)| (k.clone(), *c)));
     let expected = Mst::from_entries(MemoryBlocks::default(), entries)
         .map_err(|e| SyncError::from(RepoError::from(e)))?
         .root();
@@ -217,7 +215,7 @@ fn pull_merge(
     } else {
         pulls.full += 1;
     }
-    let old = mirror::mirror_entries(state)?;
+    let old = mirror::mirror_entries(state);
     let m = merge::merge(data, repo, &old, &pulled)?;
     let changed = stored::changed_keys(&old, &pulled.entries);
     let merged = &mut pulls.merged;
@@ -229,7 +227,7 @@ fn pull_merge(
     let (ours, others): (BTreeMap<_, _>, BTreeMap<_, _>) = pulled
         .entries
         .iter()
-        .map(|(k, c)| (k.clone(), c.to_string()))
+        .map(|(k, c)| (k.clone(), *c))
         .partition(|(k, _)| k.starts_with(COLLECTION_PREFIX));
     state.pushed = ours;
     state.others = others;
@@ -320,9 +318,7 @@ fn final_check(
 ) -> Result<PullReport, SyncError> {
     let head = state.remote.clone().ok_or(SyncError::RemoteMoved)?;
     let mut entries: BTreeMap<String, Cid> = BTreeMap::new();
-    for (k, c) in &state.others {
-        entries.insert(k.clone(), parse_marker_cid(k, c)?);
-    }
+    entries.extend(state.others.iter().map(|(k, c)| (k.clone(), *c)));
     entries.extend(local_cids(repo)?);
     let expected = mirror::mirror_tree(&entries)?.root().to_string();
     if expected != head.data {
@@ -360,7 +356,7 @@ mod tests {
     use crate::store::MemoryEngine;
 
     /// A signed repository with two of our records and one other, as a CAR.
-    fn remote() -> (Vec<u8>, String, PublicKey, BTreeMap<String, String>) {
+    fn remote() -> (Vec<u8>, String, PublicKey, BTreeMap<String, Cid>) {
         let key = SigningKey::generate(KeyAlgorithm::K256).unwrap();
         let public = key.public_key();
         let mut repo = Repository::init_engine(Arc::new(MemoryEngine::new()), key).unwrap();
@@ -376,7 +372,7 @@ mod tests {
         for entry in repo.list(None).unwrap() {
             let (k, cid) = entry.unwrap();
             if k.starts_with(COLLECTION_PREFIX) {
-                pushed.insert(k, cid.to_string());
+                pushed.insert(k, cid);
             }
         }
         let (car, _) = repo.export(Vec::new(), None).unwrap();
@@ -395,7 +391,7 @@ mod tests {
         let mut more = pushed.clone();
         more.insert(
             "chat.gel.assistant.chat/3lbqzdw5pzk23".into(),
-            pushed.values().next().unwrap().clone(),
+            *pushed.values().next().unwrap(),
         );
         let report = verify_remote(&car, &did, &key, &more).unwrap();
         assert!(!report.data_matches);
