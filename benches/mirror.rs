@@ -35,7 +35,7 @@ fn key(n: u64) -> String {
 fn mirror() -> SyncState {
     let mut state = SyncState::default();
     for n in 0..HELD {
-        state.pushed.insert(key(n), cid(n).to_string());
+        state.pushed.insert(key(n), cid(n));
     }
     state.did = Some("did:plc:aaaaaaaaaaaaaaaaaaaaaaaa".into());
     state.service = Some("https://pds.example.com".into());
@@ -62,13 +62,9 @@ fn expected_data() {
     let mut before = None;
     for b in 0..BATCHES {
         for n in batch_keys(b) {
-            state.pushed.insert(key(n), cid(n).to_string());
+            state.pushed.insert(key(n), cid(n));
         }
-        before = Some(
-            mirror_tree(&mirror_entries(&state).unwrap())
-                .unwrap()
-                .root(),
-        );
+        before = Some(mirror_tree(&mirror_entries(&state)).unwrap().root());
     }
     let rebuild = start.elapsed();
 
@@ -77,7 +73,7 @@ fn expected_data() {
     let mut tree = MirrorTree::of(&state).unwrap();
     for b in 0..BATCHES {
         for n in batch_keys(b) {
-            state.pushed.insert(key(n), cid(n).to_string());
+            state.pushed.insert(key(n), cid(n));
             tree.set(&key(n), cid(n)).unwrap();
         }
     }
@@ -117,7 +113,7 @@ fn persistence() {
     let start = Instant::now();
     for b in 0..BATCHES {
         for n in batch_keys(b) {
-            state.pushed.insert(key(n), cid(n).to_string());
+            state.pushed.insert(key(n), cid(n));
         }
         state.remote = Some(head(b));
         json_bytes += save_json(&state, dir.path());
@@ -136,7 +132,7 @@ fn persistence() {
         for (k, n) in keys.iter().zip(batch_keys(b)) {
             let c = cid(n);
             row_bytes += k.len() + c.to_bytes().len();
-            state.pushed.insert(k.clone(), c.to_string());
+            state.pushed.insert(k.clone(), c);
         }
         state.remote = Some(head(b));
         state

@@ -568,7 +568,7 @@ fn a_wrong_mirror_fails_the_data_check_loudly_and_is_re_pulled(pds: Peer) {
     {
         let repo = Repository::open(d).unwrap();
         let mut state = gelstore::sync::SyncState::load(d, &repo).unwrap();
-        let some_cid = state.pushed.values().next().unwrap().clone();
+        let some_cid = *state.pushed.values().next().unwrap();
         let bogus = "app.example.thing/3lbqzdw5pzk22";
         state.others.insert(bogus.into(), some_cid);
         state.save_keys(&repo, [bogus]).unwrap();
@@ -699,13 +699,19 @@ fn a_sync_json_of_an_older_version_is_taken_into_the_store(pds: Peer) {
     let head = held.remote.clone().unwrap();
     assert!(!held.pushed.is_empty());
 
-    // The older version's layout: the mirror in sync.json, none in the store.
+    // The older version's layout: the mirror in sync.json (CIDs as
+    // strings), none in the store.
+    let strings = |m: &std::collections::BTreeMap<String, gelstore::model::Cid>| {
+        m.iter()
+            .map(|(k, c)| (k.clone(), c.to_string()))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
     let old = json!({
         "did": held.did,
         "service": held.service,
-        "pushed": held.pushed,
+        "pushed": strings(&held.pushed),
         "remote": {"commit": head.commit, "rev": head.rev, "data": head.data},
-        "others": held.others,
+        "others": strings(&held.others),
     });
     std::fs::write(
         d.join("sync.json"),

@@ -97,7 +97,11 @@ fn local_records(data: &Path) -> BTreeMap<String, String> {
 
 /// The marker's key → CID map.
 fn marker(data: &Path) -> BTreeMap<String, String> {
-    mirror(data).pushed
+    mirror(data)
+        .pushed
+        .into_iter()
+        .map(|(k, c)| (k, c.to_string()))
+        .collect()
 }
 
 fn head(data: &Path) -> String {

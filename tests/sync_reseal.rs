@@ -4,7 +4,8 @@
 //! the PDS then uses the account's DID without guessing; a device paired
 //! earlier from an exported CAR is told to pair again and keeps its copy;
 //! a re-seal cut by a crash on either side of its commit is finished or
-//! redone, never pushed half done.
+//! redone, never pushed half done; key wraps a hostile PDS planted before
+//! the first sync are left out of the re-seal, by name, and block nothing.
 //!
 //! Every scenario runs against both peers of tests/common_peer.
 
@@ -151,6 +152,7 @@ fn pair_through_pds(a: &Path, b: &Path, pds: &Peer) -> Value {
 on_both_peers!(
     an_offline_store_is_resealed_once_before_its_first_push,
     a_reseal_cut_before_its_commit_is_redone_and_after_it_finished,
+    key_wraps_planted_before_the_first_sync_are_dropped_not_blocking,
 );
 
 fn an_offline_store_is_resealed_once_before_its_first_push(pds: Peer) {
@@ -367,6 +369,192 @@ fn a_reseal_cut_before_its_commit_is_redone_and_after_it_finished(pds: Peer) {
     )
     .unwrap_err();
     assert!(err.to_string().contains("nothing is pushed"), "{err}");
+}
+
+const KEY_WRAP: &str = "chat.gel.assistant.keyWrap";
+
+/// A logged-in XRPC call as the attacker (the account's password: what a
+/// PDS operator has); the answer's JSON.
+fn attacker_post(pds: &Peer, token: Option<&str>, method: &str, body: &Value) -> Value {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(async {
+            let mut req = reqwest::Client::new()
+                .post(format!("{}/xrpc/{method}", pds.service))
+                .json(body);
+            if let Some(t) = token {
+                req = req.bearer_auth(t);
+            }
+            let resp = req.send().await.unwrap();
+            let status = resp.status();
+            let v: Value = resp.json().await.unwrap_or(Value::Null);
+            assert!(status.is_success(), "{method}: {status} {v}");
+            v
+        })
+}
+
+/// The key wrap records of the store in `data`, by rkey.
+fn local_wraps(data: &Path) -> BTreeMap<String, Value> {
+    let repo = Repository::open(data).unwrap();
+    let keys: Vec<String> = repo
+        .list(Some(KEY_WRAP))
+        .unwrap()
+        .map(|r| r.unwrap().0)
+        .collect();
+    keys.into_iter()
+        .map(|k| {
+            let rkey = k.split_once('/').unwrap().1.to_owned();
+            let value = repo.get(KEY_WRAP, &rkey).unwrap().unwrap().value;
+            (rkey, value)
+        })
+        .collect()
+}
+
+/// The rkeys of the key wraps on the PDS.
+fn remote_wrap_rkeys(pds: &Peer) -> Vec<String> {
+    let page = json_of(
+        &String::from_utf8(get(&format!(
+            "{}/xrpc/com.atproto.repo.listRecords?repo={}&collection={KEY_WRAP}&limit=100",
+            pds.service,
+            pds.did_param()
+        )))
+        .unwrap(),
+    );
+    page["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            r["uri"]
+                .as_str()
+                .unwrap()
+                .rsplit('/')
+                .next()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+/// A hostile PDS plants key wraps before an offline store's first sync,
+/// hoping the re-seal (which must make every wrap again for the account's
+/// DID) chokes on one and so refuses every push: one addressed to the
+/// device with its own key's id that does not open, one of an epoch that
+/// does not exist, a chat key wrap of a chat key nobody holds, and two
+/// copied from another store (another account's: its pairing wrap and a
+/// chat key wrap). The test hands the attacker the store's own records to
+/// copy from (a PDS would see them only after the push): the worst case.
+/// The sync succeeds; the re-seal makes again only the wraps the keyring
+/// accepts and names each planted one as dropped; the next device reads
+/// everything.
+fn key_wraps_planted_before_the_first_sync_are_dropped_not_blocking(pds: Peer) {
+    let dirs = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let (a, b, x) = (dirs.0.path(), dirs.1.path(), dirs.2.path());
+    let (chat, msg, _) = offline_store(a);
+    let own = local_wraps(a);
+    let opened = all_open(a);
+    // Another store (another account's key records), with a chat key.
+    ok(x, &["device", "init", "--name", "elsewhere"]);
+    ok(x, &["chat", "new", "--title", "elsewhere"]);
+    let foreign = local_wraps(x);
+    assert_eq!(foreign.len(), 2, "pairing and chat key wraps: {foreign:?}");
+
+    let pairing = own
+        .values()
+        .find(|w| w["recipient"]["device"].is_string())
+        .unwrap_or_else(|| panic!("no pairing wrap in {own:?}"));
+    let chat_wrap = own
+        .values()
+        .find(|w| w["keyId"].as_str().unwrap().starts_with("chat:"))
+        .unwrap_or_else(|| panic!("no chat key wrap in {own:?}"));
+    let mut planted = Vec::new();
+    // Addressed to this device, its own account key's id: does not open.
+    let mut w = pairing.clone();
+    w["createdAt"] = "2020-01-01T00:00:00.000Z".into();
+    planted.push(w);
+    // An epoch that does not exist.
+    let mut w = pairing.clone();
+    w["epoch"] = 7.into();
+    w["keyId"] = "account:7:ffffffffffffffff".into();
+    planted.push(w);
+    // A chat key nobody holds, wrapped to the account key.
+    let mut w = chat_wrap.clone();
+    w["keyId"] = "chat:3lbqzzzzzzzzz:0:ffffffffffffffff".into();
+    planted.push(w);
+    // Another account's wraps, as they are.
+    planted.extend(foreign.values().cloned());
+
+    let session = attacker_post(
+        &pds,
+        None,
+        "com.atproto.server.createSession",
+        &serde_json::json!({"identifier": pds.handle, "password": pds.password}),
+    );
+    let token = session["accessJwt"].as_str().unwrap();
+    let mut names = Vec::new();
+    for record in &planted {
+        let made = attacker_post(
+            &pds,
+            Some(token),
+            "com.atproto.repo.createRecord",
+            &serde_json::json!({"repo": pds.did, "collection": KEY_WRAP, "record": record}),
+        );
+        let rkey = made["uri"].as_str().unwrap().rsplit('/').next().unwrap();
+        names.push(format!("{KEY_WRAP}/{rkey}"));
+    }
+    names.sort();
+
+    // The first sync pulls them, re-seals without them, and pushes.
+    let first = sync(a, &pds);
+    let resealed = &first["reseal"]["resealed"];
+    assert_eq!(resealed["to"], pds.did.as_str(), "{first}");
+    assert_eq!(resealed["wraps"], own.len(), "only its own wraps: {first}");
+    assert_eq!(resealed["sealed"], opened, "{first}");
+    let mut dropped: Vec<String> = resealed["dropped"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d.as_str().unwrap().to_owned())
+        .collect();
+    dropped.sort();
+    assert_eq!(dropped, names, "each planted wrap, by name: {first}");
+    assert_eq!(
+        resealed["leftBehind"],
+        serde_json::json!([]),
+        "no device is left behind: {first}"
+    );
+    assert_eq!(first["pull"]["data_matches"], true, "{first}");
+    assert_eq!(device_did(a), pds.did);
+    assert_eq!(all_open(a), opened);
+    // Dropped: gone from the store and from the PDS.
+    let remote = remote_wrap_rkeys(&pds);
+    for name in &names {
+        let rkey = name.rsplit('/').next().unwrap();
+        assert!(
+            !remote.iter().any(|r| r == rkey),
+            "{name} is still on the PDS"
+        );
+        assert!(!local_wraps(a).contains_key(rkey), "{name} is still here");
+    }
+    assert_eq!(remote.len(), own.len());
+    let second = sync(a, &pds);
+    assert_eq!(second["reseal"], "notNeeded", "{second}");
+
+    // Another device joins through the PDS and reads everything.
+    let joined = pair_through_pds(a, b, &pds);
+    assert_eq!(joined["did"], pds.did.as_str(), "{joined}");
+    assert_eq!(all_open(b), opened);
+    assert_eq!(show(b, &chat), show(a, &chat));
+    assert_eq!(
+        message(&show(b, &chat), &msg)["content"]["parts"][0]["text"],
+        format!("Hello {MARKER}").as_str()
+    );
 }
 
 fn read_state(data: &Path) -> Value {

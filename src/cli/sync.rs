@@ -117,10 +117,18 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
         Format::Json => say(json!(report)),
         Format::Human => {
             match &report.reseal {
-                sync::ResealOutcome::Resealed(r) => say(format_args!(
-                    "sealed again for {} (was {}) before the first push: {} sealed record(s), {} rewritten, {} key wrap(s), {} membership change(s)",
-                    r.to, r.from, r.sealed, r.rewritten, r.wraps, r.changes
-                )),
+                sync::ResealOutcome::Resealed(r) => {
+                    say(format_args!(
+                        "sealed again for {} (was {}) before the first push: {} sealed record(s), {} rewritten, {} key wrap(s), {} membership change(s)",
+                        r.to, r.from, r.sealed, r.rewritten, r.wraps, r.changes
+                    ));
+                    if !r.dropped.is_empty() {
+                        say(format_args!(
+                            "left out of the re-seal (not accepted by this device's keyring, or another device's pairing wrap): {}",
+                            r.dropped.join(", ")
+                        ));
+                    }
+                }
                 sync::ResealOutcome::Finished { did } => {
                     say(format_args!("finished the interrupted re-seal for {did}"))
                 }

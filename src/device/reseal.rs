@@ -34,16 +34,17 @@ use ipld_core::ipld::Ipld;
 use rand_core::CryptoRng;
 use serde::Serialize;
 
+use super::error::{DeviceError, not_paired};
+use super::handle::derive;
 use super::records::{DEVICE_COLLECTION, wrap_from_value, wrap_to_value};
 use super::state::{DeviceState, PendingReseal, load_device_key};
-use super::{DeviceError, derive};
 use crate::model::{Cid, ipld_to_json, record_from_json};
 use crate::repo::repository::{RepoError, Repository, Write};
 use crate::seal::membership::MEMBERSHIP_COLLECTION;
 use crate::seal::wrap::KEY_WRAP_COLLECTION;
 use crate::seal::{
-    Envelope, KeyLookup, KeySet, KeyWrap, Keyring, Place, SealError, SealOptions, SignedChange,
-    open_record, seal_record, sealed_fields,
+    Envelope, KeyLookup, KeySet, KeyWrap, Keyring, Place, ResealedWrap, SealError, SealOptions,
+    SignedChange, open_record, seal_record, sealed_fields,
 };
 
 /// The collections a store seals and pushes.
@@ -87,8 +88,10 @@ pub struct ResealReport {
     pub wraps: usize,
     /// Membership changes signed again.
     pub changes: usize,
-    /// Records dropped: other devices' pairing wraps (see `left_behind`)
-    /// and membership changes that never verified, as `collection/rkey`.
+    /// Records dropped, as `collection/rkey`: other devices' pairing wraps
+    /// (see `left_behind`), key wraps this device's keyring does not accept
+    /// (planted by the PDS, or damaged: they open for nobody here) and
+    /// membership changes that never verified.
     pub dropped: Vec<String>,
     /// Devices paired from an exported CAR: their pairing wraps cannot be
     /// made without their pairing secrets, so they must pair again.
@@ -107,7 +110,7 @@ pub fn reseal_for_account(
     dir: &Path,
     repo: &mut Repository,
     account: &str,
-    pushed: &BTreeMap<String, String>,
+    pushed: &BTreeMap<String, Cid>,
     rng: &mut impl CryptoRng,
 ) -> Result<ResealOutcome, DeviceError> {
     let Some(mut state) = DeviceState::load(dir)? else {
@@ -179,7 +182,7 @@ pub fn check_ready(
     dir: &Path,
     repo: &Repository,
     account: &str,
-    pushed: &BTreeMap<String, String>,
+    pushed: &BTreeMap<String, Cid>,
 ) -> Result<(), DeviceError> {
     let Some(state) = DeviceState::load(dir)? else {
         return Ok(());
@@ -244,13 +247,10 @@ fn sealing_did(state: &DeviceState, repo: &Repository) -> String {
 
 /// Whether the PDS already holds one of this store's membership records as
 /// it is here (pushed by an earlier version, sealed for its did:key).
-fn linked_earlier(
-    repo: &Repository,
-    pushed: &BTreeMap<String, String>,
-) -> Result<bool, DeviceError> {
+fn linked_earlier(repo: &Repository, pushed: &BTreeMap<String, Cid>) -> Result<bool, DeviceError> {
     for item in repo.list(Some(MEMBERSHIP_COLLECTION))? {
         let (key, cid) = item?;
-        if pushed.get(&key) == Some(&cid.to_string()) {
+        if pushed.get(&key) == Some(&cid) {
             return Ok(true);
         }
     }
@@ -327,15 +327,24 @@ fn plan(
             wraps.push(w);
         }
     }
+    // Only the wraps the keyring accepts are made again; the others (another
+    // device's pairing wrap, or one planted by the PDS) are dropped by name.
     let resealed = keyring.resealed_for(to, &state.request(), &wraps, rng)?;
     for ((rkey, cid), wrap) in wrap_rkeys.into_iter().zip(&resealed.wraps) {
         match wrap {
-            Some(w) => {
+            ResealedWrap::Remade(w) => {
                 writes.push(update(KEY_WRAP_COLLECTION, &rkey, wrap_to_value(w)?, cid));
                 keys.wraps.push(w.clone());
                 report.wraps += 1;
             }
-            None => {
+            ResealedWrap::LeftBehind(_) | ResealedWrap::Refused(_) => {
+                if let ResealedWrap::Refused(why) = wrap {
+                    tracing::warn!(
+                        record = %format!("{KEY_WRAP_COLLECTION}/{rkey}"),
+                        why = %why,
+                        "a key wrap this device does not accept is left out of the re-seal"
+                    );
+                }
                 writes.push(Write::Delete {
                     collection: KEY_WRAP_COLLECTION.to_owned(),
                     rkey: rkey.clone(),
@@ -504,7 +513,7 @@ fn verify_plan(
     plan: &Plan,
 ) -> Result<(), DeviceError> {
     let (Some(device), Some(account_key)) = (&state.device, &state.account_key_id) else {
-        return Err(super::not_paired(state));
+        return Err(not_paired(state));
     };
     let (ring, _) = Keyring::rejoin(
         account,

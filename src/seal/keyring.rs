@@ -1121,12 +1121,19 @@ impl Keyring {
 
     /// The membership log and `wraps` made again for account `did`, with
     /// the same keys, keyIds, epochs, rosters and dates: every change
-    /// re-signed in order (new CIDs, so new `prev` links), every wrap sealed
-    /// again with the new DID in its HPKE info (this device's pairing wrap
-    /// bound to its admission's new CID). Only this device's signing key is
-    /// here, so every verified change must be its own; another device's
-    /// pairing wrap needs that device's pairing secret and is left out
-    /// (listed in [`Resealed::left_behind`]).
+    /// re-signed in order (new CIDs, so new `prev` links), every wrap this
+    /// keyring accepts sealed again with the new DID in its HPKE info (this
+    /// device's pairing wrap bound to its admission's new CID). Only this
+    /// device's signing key is here, so every verified change must be its
+    /// own; another device's pairing wrap needs that device's pairing
+    /// secret and is left out (listed in [`Resealed::left_behind`]).
+    ///
+    /// A wrap this keyring does not accept (one a PDS planted: it does not
+    /// open with the keys held, carries another key than the one held
+    /// under its keyId, or names a key, epoch or device the verified log
+    /// does not) is no wrap of this account's: it is left out too,
+    /// [`ResealedWrap::Refused`] with why, never an error, so a planted
+    /// record cannot stop the re-seal (and with it every push).
     pub fn resealed_for(
         &self,
         did: &str,
@@ -1188,49 +1195,11 @@ impl Keyring {
                     self.remade_device_wrap(did, wrap, device, &changes, &own_psk, rng)?
                 }
                 (Recipient::Account { key_id, epoch }, Some(kind)) => {
-                    let Some(holder) = self.accounts.get(&(*epoch, key_id.clone())) else {
-                        return fail(format!(
-                            "wrap of {:?} is for account key {key_id:?}, which this device does not hold",
-                            wrap.key_id
-                        ));
-                    };
-                    let secret = match kind {
-                        KeyKind::Account { .. } => {
-                            self.held(&wrap.key_id).map(|k| *k.pair.secret_bytes())
-                        }
-                        KeyKind::Chat { .. } => {
-                            self.chat_keys.get(&wrap.key_id).map(|e| *e.key.secret())
-                        }
-                    };
-                    let Some(secret) = secret.map(Zeroizing::new) else {
-                        return fail(format!(
-                            "this device does not hold {:?}, so its wrap cannot be made again",
-                            wrap.key_id
-                        ));
-                    };
-                    Some(seal_wrap(
-                        did,
-                        &wrap.key_id,
-                        wrap.epoch,
-                        wrap.recipient.clone(),
-                        holder.pair.public(),
-                        &Psk::account(holder.pair.secret_bytes(), &holder.key_id),
-                        &secret,
-                        wrap.created_at.clone(),
-                        None,
-                        rng,
-                    )?)
+                    self.remade_account_wrap(did, wrap, key_id, *epoch, kind, rng)?
                 }
-                _ => {
-                    return fail(format!(
-                        "wrap of {:?} is of no kind this device makes",
-                        wrap.key_id
-                    ));
-                }
+                _ => ResealedWrap::Refused("it is of no kind this device makes".into()),
             };
-            if remade.is_none()
-                && let Recipient::Device { device } = &wrap.recipient
-            {
+            if let ResealedWrap::LeftBehind(device) = &remade {
                 left_behind.insert(device.clone());
             }
             out.push(remade);
@@ -1245,10 +1214,70 @@ impl Keyring {
         })
     }
 
-    /// An account key wrap to a device, made again for `did`: a rotation
-    /// wrap (the device is in the roster of the rotation that started the
-    /// key's epoch; PSK: the key of the epoch before), or this device's own
-    /// pairing wrap; `None` for another device's pairing wrap.
+    /// A chat key or chain wrap (to account key `key_id` of `epoch`) made
+    /// again for `did`, if this keyring accepts it: it holds that account
+    /// key and the wrapped one, the epochs agree as [`absorb`](Self::absorb)
+    /// wants them, and the wrap opens with the account key to the very key
+    /// held under its keyId.
+    fn remade_account_wrap(
+        &self,
+        did: &str,
+        wrap: &KeyWrap,
+        key_id: &str,
+        epoch: u64,
+        kind: KeyKind,
+        rng: &mut impl CryptoRng,
+    ) -> Result<ResealedWrap> {
+        let refused = |reason: String| Ok(ResealedWrap::Refused(reason));
+        let Some(holder) = self.accounts.get(&(epoch, key_id.to_owned())) else {
+            return refused(format!(
+                "it is wrapped to account key {key_id:?}, which this device does not hold"
+            ));
+        };
+        let (consistent, held) = match &kind {
+            KeyKind::Account { epoch: e } => (
+                *e == wrap.epoch && wrap.epoch < epoch,
+                self.held(&wrap.key_id).map(|k| *k.pair.secret_bytes()),
+            ),
+            KeyKind::Chat { epoch: e, .. } => (
+                *e == wrap.epoch && wrap.epoch == epoch,
+                self.chat_keys.get(&wrap.key_id).map(|e| *e.key.secret()),
+            ),
+        };
+        if !consistent {
+            return refused("its keyId, epoch and recipient epoch do not agree".into());
+        }
+        let Some(held) = held.map(Zeroizing::new) else {
+            return refused(format!("this device does not hold {:?}", wrap.key_id));
+        };
+        let psk = Psk::account(holder.pair.secret_bytes(), &holder.key_id);
+        match open_wrap(&self.did, wrap, holder.pair.secret_bytes(), &psk, None) {
+            Ok(secret) if *secret == *held => {}
+            Ok(_) => return refused("it carries another key than the one held".into()),
+            Err(e) => return refused(format!("it does not open with {key_id:?}: {e}")),
+        }
+        seal_wrap(
+            did,
+            &wrap.key_id,
+            wrap.epoch,
+            wrap.recipient.clone(),
+            holder.pair.public(),
+            &psk,
+            &held,
+            wrap.created_at.clone(),
+            None,
+            rng,
+        )
+        .map(ResealedWrap::Remade)
+    }
+
+    /// An account key wrap to a device, made again for `did`: this
+    /// device's own pairing wrap (it opens with the pairing secret, bound
+    /// to a change that admits it) or rotation wrap (it opens with a key of
+    /// the epoch before), or a rotation wrap to another device (which only
+    /// that device can open: made again if the verified log's rotation to
+    /// that key keeps the device); another admitted device's pairing wrap
+    /// is left behind; anything else is refused.
     fn remade_device_wrap(
         &self,
         did: &str,
@@ -1257,14 +1286,13 @@ impl Keyring {
         changes: &BTreeMap<Cid, SignedChange>,
         own_psk: &Psk,
         rng: &mut impl CryptoRng,
-    ) -> Result<Option<KeyWrap>> {
+    ) -> Result<ResealedWrap> {
+        let refused = |reason: String| Ok(ResealedWrap::Refused(reason));
         let Some(account) = self.held(&wrap.key_id) else {
-            return Err(SealError::Keyring {
-                reason: format!(
-                    "this device does not hold {:?}, so its wraps cannot be made again",
-                    wrap.key_id
-                ),
-            });
+            return refused(format!(
+                "it wraps {:?}, which this device does not hold",
+                wrap.key_id
+            ));
         };
         let me = self.device.public_key();
         if device == self.device_id {
@@ -1296,7 +1324,19 @@ impl Keyring {
                     Some(&changes[&c.cid].cid),
                     rng,
                 )
-                .map(Some);
+                .map(ResealedWrap::Remade);
+            }
+            // Not the pairing wrap: a rotation wrap to this device must
+            // open with a key of the epoch before, to the key held.
+            let opens = wrap.epoch.checked_sub(1).is_some_and(|before| {
+                self.accounts_at(before).any(|prev| {
+                    let psk = Psk::account(prev.pair.secret_bytes(), &prev.key_id);
+                    open_wrap(&self.did, wrap, self.device.0.secret_bytes(), &psk, None)
+                        .is_ok_and(|s| *s == *account.pair.secret_bytes())
+                })
+            });
+            if !opens {
+                return refused("it is addressed to this device and does not open".into());
             }
         }
         // The rotation that put the key in force: its parents hold another.
@@ -1308,11 +1348,21 @@ impl Keyring {
                         .is_some_and(|p| p.change.account_key_id != wrap.key_id)
                 })
         });
-        let Some(rotation) = rotation else {
-            return Ok(None);
-        };
-        let Some(member) = rotation.change.roster.get(device) else {
-            return Ok(None);
+        let member = rotation.and_then(|r| r.change.roster.get(device).map(|m| (r, m)));
+        let Some((rotation, member)) = member else {
+            // Another device's pairing wrap, if a verified change admits it
+            // under this key: only its pairing secret makes it again.
+            let admitted = self.log.changes().any(|c| {
+                c.change.account_key_id == wrap.key_id && c.change.roster.contains_key(device)
+            });
+            return if admitted && device != self.device_id {
+                Ok(ResealedWrap::LeftBehind(device.to_owned()))
+            } else {
+                refused(format!(
+                    "it is addressed to device {device:?}, which no verified change admits under {:?}",
+                    wrap.key_id
+                ))
+            };
         };
         let prev = rotation
             .change
@@ -1340,7 +1390,7 @@ impl Keyring {
             None,
             rng,
         )
-        .map(Some)
+        .map(ResealedWrap::Remade)
     }
 }
 
@@ -1350,13 +1400,26 @@ impl Keyring {
 pub struct Resealed {
     /// Each verified change by its old CID, signed again for the new DID.
     pub changes: BTreeMap<Cid, SignedChange>,
-    /// Each wrap given, in order, made again for the new DID; `None` for
-    /// another device's pairing wrap.
-    pub wraps: Vec<Option<KeyWrap>>,
+    /// What became of each wrap given, in order.
+    pub wraps: Vec<ResealedWrap>,
     /// The devices whose pairing wraps are left out.
     pub left_behind: BTreeSet<String>,
     /// The log's heads, by their new CIDs.
     pub heads: Vec<Cid>,
+}
+
+/// What [`Keyring::resealed_for`] made of one wrap.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResealedWrap {
+    /// Made again for the new DID.
+    Remade(KeyWrap),
+    /// Another admitted device's pairing wrap: only that device's pairing
+    /// secret makes it, so it is left out (the device is in
+    /// [`Resealed::left_behind`]).
+    LeftBehind(String),
+    /// A wrap this keyring does not accept (planted or damaged: see
+    /// [`Keyring::resealed_for`]), with why: left out.
+    Refused(String),
 }
 
 fn public_keys(roster: &Roster) -> BTreeMap<String, [u8; KEY_LEN]> {
@@ -1704,5 +1767,127 @@ mod tests {
             "{now}"
         );
         assert!(now.starts_with("20"), "{now}");
+    }
+
+    /// A re-seal makes again only the wraps this keyring accepts: its own
+    /// pairing, rotation, chain and chat key wraps, and the rotation wraps
+    /// of the devices the log kept; other devices' pairing wraps are left
+    /// behind; anything a PDS could plant (a wrap to this device or of a
+    /// key held that does not open, a key or epoch nobody holds, a device
+    /// never admitted, epochs that disagree, another account's wraps) is
+    /// refused by name, never an error.
+    #[test]
+    fn a_reseal_makes_again_only_the_wraps_it_accepts() {
+        let mut rng = super::super::os_rng();
+        let a_key = DeviceKey::generate(&mut rng);
+        let a_req = pair_request(&a_key, &mut rng);
+        let (mut a, mut records) =
+            Keyring::create(DID, "a", a_key.clone(), a_req.code(), &mut rng).unwrap();
+        for id in ["b", "c"] {
+            let key = DeviceKey::generate(&mut rng);
+            let request = pair_request(&key, &mut rng);
+            records.extend(
+                a.approve(request.code(), id, did_key(&key), &mut rng)
+                    .unwrap(),
+            );
+        }
+        let (_, w) = a.chat_key_for_seal("chat0", &mut rng).unwrap();
+        records.wraps.extend(w);
+        records.extend(a.remove_device("c", &mut rng).unwrap());
+        let (_, w) = a.chat_key_for_seal("chat1", &mut rng).unwrap();
+        records.wraps.extend(w);
+        let own = records.wraps.clone();
+        assert_eq!(
+            own.len(),
+            8,
+            "3 pairings, 2 rotations, 1 chain, 2 chat keys"
+        );
+
+        let to = |d: &str| Recipient::Device { device: d.into() };
+        let find = |f: &dyn Fn(&KeyWrap) -> bool| own.iter().find(|w| f(w)).unwrap().clone();
+        let pairing = find(&|w| w.recipient == to("a") && w.epoch == 0);
+        let rotation = find(&|w| w.recipient == to("a") && w.epoch == 1);
+        let chat = find(&|w| w.key_id.starts_with("chat:chat1:"));
+        let chain = find(&|w| {
+            matches!(w.recipient, Recipient::Account { .. }) && w.key_id.starts_with("account:")
+        });
+        let mut planted = Vec::new();
+        let mut w = pairing.clone();
+        w.created_at = "2020-01-01T00:00:00.000Z".into();
+        planted.push(w);
+        let mut w = pairing.clone();
+        (w.key_id, w.epoch) = ("account:7:ffffffffffffffff".into(), 7);
+        planted.push(w);
+        let mut w = rotation.clone();
+        w.ciphertext[0] ^= 1;
+        planted.push(w);
+        let mut w = pairing.clone();
+        w.recipient = to("zzz");
+        planted.push(w);
+        let mut w = chat.clone();
+        w.key_id = "chat:chat9:1:ffffffffffffffff".into();
+        planted.push(w);
+        let mut w = chat.clone();
+        w.epoch = 0;
+        planted.push(w);
+        let mut w = chain.clone();
+        w.ciphertext[0] ^= 1;
+        planted.push(w);
+        // Another account's wraps: as they are, and re-addressed to ours.
+        let m_key = DeviceKey::generate(&mut rng);
+        let m_req = pair_request(&m_key, &mut rng);
+        let (mut m, m_records) = Keyring::create(DID, "m", m_key, m_req.code(), &mut rng).unwrap();
+        let (_, mw) = m.chat_key_for_seal("chat1", &mut rng).unwrap();
+        let mut mw = mw.unwrap();
+        planted.extend(m_records.wraps);
+        planted.push(mw.clone());
+        mw.recipient = Recipient::Account {
+            key_id: pairing.key_id.clone(),
+            epoch: 0,
+        };
+        planted.push(mw);
+
+        let given: Vec<KeyWrap> = own.iter().chain(&planted).cloned().collect();
+        let new_did = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa";
+        let resealed = a.resealed_for(new_did, &a_req, &given, &mut rng).unwrap();
+        assert_eq!(resealed.wraps.len(), given.len());
+        for (w, r) in own.iter().zip(&resealed.wraps) {
+            match (&w.recipient, r) {
+                (Recipient::Device { device }, ResealedWrap::LeftBehind(d)) => {
+                    assert_eq!((device, w.epoch), (d, 0));
+                }
+                (_, ResealedWrap::Remade(n)) => assert_eq!(
+                    (&n.key_id, n.epoch, &n.recipient, &n.created_at),
+                    (&w.key_id, w.epoch, &w.recipient, &w.created_at)
+                ),
+                other => panic!("{w:?}: {other:?}"),
+            }
+        }
+        for (w, r) in planted.iter().zip(&resealed.wraps[own.len()..]) {
+            assert!(matches!(r, ResealedWrap::Refused(_)), "{w:?}: {r:?}");
+        }
+        assert_eq!(
+            resealed.left_behind,
+            BTreeSet::from(["b".to_string(), "c".to_string()])
+        );
+
+        // What was made again gives this device the same keyring for the
+        // new DID.
+        let keys = KeySet {
+            wraps: resealed
+                .wraps
+                .iter()
+                .filter_map(|r| match r {
+                    ResealedWrap::Remade(w) => Some(w.clone()),
+                    _ => None,
+                })
+                .collect(),
+            changes: resealed.changes.values().cloned().collect(),
+        };
+        let (ring, report) =
+            Keyring::rejoin(new_did, "a", a_key, &a_req, a.admitted_with(), &[], &keys).unwrap();
+        assert!(report.rejected.is_empty(), "{:?}", report.rejected);
+        assert_eq!(ring.chat_key_ids(), a.chat_key_ids());
+        assert_eq!((ring.held_epoch(), ring.heads()), (1, resealed.heads));
     }
 }

@@ -48,7 +48,8 @@ pub use self::envelope::{Envelope, SEAL_ALG_V1};
 pub use self::error::{Result, SealError};
 pub use self::frame::Padding;
 pub use self::keyring::{
-    AbsorbReport, Fork, KeySet, Keyring, PairingCode, PairingRequest, Resealed, pair_request,
+    AbsorbReport, Fork, KeySet, Keyring, PairingCode, PairingRequest, Resealed, ResealedWrap,
+    pair_request,
 };
 pub use self::keys::{AccountKey, BlobKey, ChatKey, DeviceKey, KeyLookup, os_rng};
 pub use self::membership::{Log, SignedChange, Standing};

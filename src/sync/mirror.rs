@@ -74,12 +74,13 @@ impl Pulled {
 }
 
 /// Every record of the mirror, key → CID.
-pub fn mirror_entries(state: &SyncState) -> Result<BTreeMap<String, Cid>, SyncError> {
-    let mut out = BTreeMap::new();
-    for (k, c) in state.pushed.iter().chain(state.others.iter()) {
-        out.insert(k.clone(), parse_marker_cid(k, c)?);
-    }
-    Ok(out)
+pub fn mirror_entries(state: &SyncState) -> BTreeMap<String, Cid> {
+    state
+        .pushed
+        .iter()
+        .chain(state.others.iter())
+        .map(|(k, c)| (k.clone(), *c))
+        .collect()
 }
 
 /// The mirror's MST, built in memory (its root is the mirrored `data`).
@@ -101,7 +102,7 @@ pub struct MirrorTree(Mst<MemoryBlocks>);
 impl MirrorTree {
     /// The tree over the mirror's entries as `state` holds them now.
     pub fn of(state: &SyncState) -> Result<Self, SyncError> {
-        Ok(Self(mirror_tree(&mirror_entries(state)?)?))
+        Ok(Self(mirror_tree(&mirror_entries(state))?))
     }
 
     /// Records `key` → `cid` (a create or an update).
@@ -188,7 +189,7 @@ fn verify_partial(
     let parsed = Car::from_slice_with_limits(car, opts.limits).map_err(RepoError::from)?;
     let root = crate::repo::verify::single_root(&parsed.roots)?;
     let blocks: MemoryBlocks = parsed.blocks.into_iter().collect();
-    let held = mirror_entries(state)?;
+    let held = mirror_entries(state);
     let mirror = mirror_tree(&held)?;
     let mut nodes = MemoryBlocks::default();
     mirror
@@ -299,7 +300,7 @@ mod tests {
             } else {
                 &mut state.others
             };
-            map.insert(k, c.to_string());
+            map.insert(k, c);
         }
         let head = repo.head();
         state.remote = Some(RemoteHead {

@@ -10,13 +10,12 @@
 //! comparison. Neither the store nor the mirror is changed (only a store
 //! synced for the first time is linked to the account, as by `sync`).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 
 use serde::Serialize;
 
 use super::mirror::{self, RemoteHead};
-use super::{COLLECTION_PREFIX, SyncError, SyncOptions, SyncState, connect, parse_marker_cid};
+use super::{COLLECTION_PREFIX, SyncError, SyncOptions, SyncState, connect};
 use crate::repo::mst::RecordOp;
 use crate::repo::repository::{RepoError, Repository};
 
@@ -85,14 +84,9 @@ pub fn status(data: &Path, opts: &SyncOptions) -> Result<StatusReport, SyncError
         std::sync::Arc::new(super::NoProgress),
     )?;
     let (latest, rev) = session.latest_commit()?;
-    let old = mirror::mirror_entries(&state)?;
+    let old = mirror::mirror_entries(&state);
 
-    let ours: BTreeMap<String, cid::Cid> = state
-        .pushed
-        .iter()
-        .map(|(k, c)| Ok((k.clone(), parse_marker_cid(k, c)?)))
-        .collect::<Result<_, SyncError>>()?;
-    let pushed_tree = mirror::mirror_tree(&ours)?;
+    let pushed_tree = mirror::mirror_tree(&state.pushed)?;
     let local_diff = pushed_tree.diff(repo.mst()).map_err(RepoError::from)?;
     let to_push = Changes::count(
         local_diff

@@ -30,7 +30,7 @@ use std::path::Path;
 use cid::Cid;
 
 use super::mirror::RemoteHead;
-use super::{COLLECTION_PREFIX, STATE_FILE, SyncError, SyncState, parse_marker_cid};
+use super::{COLLECTION_PREFIX, STATE_FILE, SyncError, SyncState};
 use crate::repo::repository::{RepoError, Repository};
 use crate::store::{Batch, Engine, Table};
 
@@ -90,7 +90,7 @@ impl SyncState {
         let mut batch = self.meta_batch();
         for key in keys {
             match self.get(key) {
-                Some(cid) => batch.put(Table::Mirror, key, parse_marker_cid(key, cid)?.to_bytes()),
+                Some(cid) => batch.put(Table::Mirror, key, cid.to_bytes()),
                 None => batch.delete(Table::Mirror, key),
             }
         }
@@ -115,17 +115,13 @@ impl SyncState {
             }
         }
         for (key, cid) in self.pushed.iter().chain(self.others.iter()) {
-            batch.put(
-                Table::Mirror,
-                key.as_str(),
-                parse_marker_cid(key, cid)?.to_bytes(),
-            );
+            batch.put(Table::Mirror, key.as_str(), cid.to_bytes());
         }
         write(repo, batch)
     }
 
     /// The CID this state mirrors for `key`.
-    fn get(&self, key: &str) -> Option<&String> {
+    fn get(&self, key: &str) -> Option<&Cid> {
         if key.starts_with(COLLECTION_PREFIX) {
             self.pushed.get(key)
         } else {
@@ -209,7 +205,7 @@ fn read(engine: &dyn Engine) -> Result<SyncState, SyncError> {
         } else {
             &mut state.others
         };
-        map.insert(key, cid.to_string());
+        map.insert(key, cid);
     }
     Ok(state)
 }
@@ -264,10 +260,10 @@ mod tests {
         };
         for n in 0..5 {
             s.pushed
-                .insert(format!("chat.gel.assistant.chat/r{n}"), cid(n).to_string());
+                .insert(format!("chat.gel.assistant.chat/r{n}"), cid(n));
         }
         s.others
-            .insert("app.bsky.actor.profile/self".into(), cid(9).to_string());
+            .insert("app.bsky.actor.profile/self".into(), cid(9));
         s
     }
 
@@ -286,14 +282,13 @@ mod tests {
 
         // One update, one create, one delete: three rows written.
         s.pushed
-            .insert("chat.gel.assistant.chat/r1".into(), cid(11).to_string());
-        s.pushed
-            .insert("chat.gel.assistant.chat/r7".into(), cid(7).to_string());
+            .insert("chat.gel.assistant.chat/r1".into(), cid(11));
+        s.pushed.insert("chat.gel.assistant.chat/r7".into(), cid(7));
         s.pushed.remove("chat.gel.assistant.chat/r2");
         s.remote = None;
         // A row the state changed but was not named stays as it was.
         s.pushed
-            .insert("chat.gel.assistant.chat/r3".into(), cid(33).to_string());
+            .insert("chat.gel.assistant.chat/r3".into(), cid(33));
         s.save_keys(
             &repo,
             [
@@ -305,19 +300,10 @@ mod tests {
         .unwrap();
         let back = SyncState::load(dir.path(), &repo).unwrap();
         assert_eq!(back.remote, None);
-        assert_eq!(
-            back.pushed["chat.gel.assistant.chat/r1"],
-            cid(11).to_string()
-        );
-        assert_eq!(
-            back.pushed["chat.gel.assistant.chat/r7"],
-            cid(7).to_string()
-        );
+        assert_eq!(back.pushed["chat.gel.assistant.chat/r1"], cid(11));
+        assert_eq!(back.pushed["chat.gel.assistant.chat/r7"], cid(7));
         assert!(!back.pushed.contains_key("chat.gel.assistant.chat/r2"));
-        assert_eq!(
-            back.pushed["chat.gel.assistant.chat/r3"],
-            cid(3).to_string()
-        );
+        assert_eq!(back.pushed["chat.gel.assistant.chat/r3"], cid(3));
         assert_eq!(back.others, s.others);
 
         // save_all drops rows the state no longer has.
@@ -351,6 +337,50 @@ mod tests {
         let e = SyncState::load(dir.path(), &repo).unwrap_err();
         assert!(matches!(e, SyncError::Io { .. }), "{e}");
         assert!(e.to_string().contains("sync.json"), "{e}");
+        assert!(dir.path().join(STATE_FILE).exists());
+    }
+
+    /// The file exactly as an older version wrote it (pretty JSON, every
+    /// CID a string) is read into the mirror's CIDs; a CID that does not
+    /// parse is a named error naming its key, and the file stays.
+    #[test]
+    fn a_sync_json_with_string_cids_reads_into_cids() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_engine, repo) = repo();
+        let text = format!(
+            r#"{{
+  "did": "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa",
+  "service": "http://localhost:2583",
+  "pushed": {{
+    "chat.gel.assistant.chat/r0": "{c0}"
+  }},
+  "remote": {{ "commit": "{c1}", "rev": "3lbqzdw5pzk22", "data": "{c2}" }},
+  "others": {{ "app.bsky.actor.profile/self": "{c9}" }}
+}}"#,
+            c0 = cid(0),
+            c1 = cid(1),
+            c2 = cid(2),
+            c9 = cid(9)
+        );
+        std::fs::write(dir.path().join(STATE_FILE), &text).unwrap();
+        let state = SyncState::load(dir.path(), &repo).unwrap();
+        assert_eq!(state.pushed["chat.gel.assistant.chat/r0"], cid(0));
+        assert_eq!(state.others["app.bsky.actor.profile/self"], cid(9));
+        assert_eq!(state.remote.unwrap().commit, cid(1).to_string());
+        // Written back by serde, it is the same shape again.
+        let again: serde_json::Value =
+            serde_json::to_value(SyncState::load(dir.path(), &repo).unwrap()).unwrap();
+        assert_eq!(
+            again["pushed"]["chat.gel.assistant.chat/r0"],
+            cid(0).to_string()
+        );
+
+        let (_engine, repo) = self::repo();
+        let bad = text.replace(&cid(0).to_string(), "bafynotacid");
+        std::fs::write(dir.path().join(STATE_FILE), bad).unwrap();
+        let e = SyncState::load(dir.path(), &repo).unwrap_err();
+        assert!(matches!(e, SyncError::Io { .. }), "{e}");
+        assert!(e.to_string().contains("chat.gel.assistant.chat/r0"), "{e}");
         assert!(dir.path().join(STATE_FILE).exists());
     }
 
