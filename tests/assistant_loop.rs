@@ -1017,44 +1017,6 @@ fn a_tool_call_past_its_timeout_is_an_uncertain_result() {
     rt.block_on(tools.shutdown());
 }
 
-/// The live run's events with each message's deltas folded into one
-/// `message` with its final text, where it first showed: what a replay of
-/// the finished record must equal.
-fn folded(live: &[AssistantEvent], model: Option<String>) -> Vec<AssistantEvent> {
-    let mut finals: std::collections::HashMap<String, String> = Default::default();
-    for e in live {
-        match e {
-            AssistantEvent::TextDelta { message_id, text } => {
-                finals.entry(message_id.clone()).or_default().push_str(text);
-            }
-            AssistantEvent::Message {
-                message_id, text, ..
-            } => {
-                finals.insert(message_id.clone(), text.clone());
-            }
-            _ => {}
-        }
-    }
-    let mut shown = std::collections::HashSet::new();
-    let mut out = Vec::new();
-    for e in live {
-        match e {
-            AssistantEvent::TextDelta { message_id, .. }
-            | AssistantEvent::Message { message_id, .. } => {
-                if shown.insert(message_id.clone()) {
-                    out.push(AssistantEvent::Message {
-                        message_id: message_id.clone(),
-                        text: finals[message_id].clone(),
-                        model: model.clone(),
-                    });
-                }
-            }
-            other => out.push(other.clone()),
-        }
-    }
-    out
-}
-
 /// The events a finished reply's record replays to.
 fn replayed(ran: &Ran) -> Vec<AssistantEvent> {
     let chat = gelstore::lexicon::support::AtUri::new(
@@ -1209,7 +1171,10 @@ fn an_mcp_task_is_followed_to_its_result_which_the_next_turn_reads() {
 
     // The finished record replays to the live events.
     let model = reply.model.as_ref().map(|m| m.id.clone());
-    assert_eq!(replayed(&ran), folded(&ran.events, model));
+    assert_eq!(
+        replayed(&ran),
+        gelstore::chat::replay::fold_deltas(&ran.events, model)
+    );
 }
 
 /// A task that outlives the loop's `job_wait` is cancelled on its server
@@ -1273,7 +1238,10 @@ fn an_mcp_task_past_the_wait_is_cancelled_and_observed_exhausted() {
         sent[0]
     );
     let model = ran.finished.reply.model.as_ref().map(|m| m.id.clone());
-    assert_eq!(replayed(&ran), folded(&ran.events, model));
+    assert_eq!(
+        replayed(&ran),
+        gelstore::chat::replay::fold_deltas(&ran.events, model)
+    );
 }
 
 /// Two tasks of one turn are followed at once: each is seen working
@@ -1324,7 +1292,10 @@ fn the_tasks_of_one_turn_are_followed_concurrently() {
     assert!(sent[0].contains("# Research Report: tides"), "{}", sent[0]);
     assert!(sent[1].contains("# Research Report: reefs"), "{}", sent[1]);
     let model = ran.finished.reply.model.as_ref().map(|m| m.id.clone());
-    assert_eq!(replayed(&ran), folded(&ran.events, model));
+    assert_eq!(
+        replayed(&ran),
+        gelstore::chat::replay::fold_deltas(&ran.events, model)
+    );
 }
 
 /// A run stopped while it waits for a task: the task is observed
@@ -1355,5 +1326,8 @@ fn a_run_stopped_while_a_task_runs_observes_it_interrupted() {
     assert_eq!(last.0, "interrupted", "{seen:?}");
     assert_eq!(mock.received().len(), 1);
     let model = reply.model.as_ref().map(|m| m.id.clone());
-    assert_eq!(replayed(&ran), folded(&ran.events, model));
+    assert_eq!(
+        replayed(&ran),
+        gelstore::chat::replay::fold_deltas(&ran.events, model)
+    );
 }

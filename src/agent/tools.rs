@@ -479,12 +479,15 @@ impl ToolHost {
         })
     }
 
+    fn job_client(&self, job: &JobHandle) -> Result<&RunningService<RoleClient, ()>, String> {
+        self.clients
+            .get(&job.server)
+            .ok_or_else(|| "the task's server is not connected".to_owned())
+    }
+
     /// The job's task as its server describes it now.
     pub async fn job_state(&self, job: &JobHandle) -> Result<TaskState, String> {
-        let client = self
-            .clients
-            .get(&job.server)
-            .ok_or("the task's server is not connected")?;
+        let client = self.job_client(job)?;
         match tokio::time::timeout(self.timeout, tasks::get(client, &job.task_id)).await {
             Err(_) => Err(format!("{} did not say how the task is", job.server)),
             Ok(Err(e)) => Err(format!("{}: {e}", job.server)),
@@ -495,10 +498,7 @@ impl ToolHost {
     /// The finished job's result as the model reads it (cut as a call's
     /// output is), and whether it is an error.
     pub async fn job_result(&self, job: &JobHandle) -> Result<(String, bool), String> {
-        let client = self
-            .clients
-            .get(&job.server)
-            .ok_or("the task's server is not connected")?;
+        let client = self.job_client(job)?;
         match tokio::time::timeout(self.timeout, tasks::result(client, &job.task_id)).await {
             Err(_) => Err(format!("{} did not give the task's result", job.server)),
             Ok(Err(e)) => Err(format!("{}: {e}", job.server)),

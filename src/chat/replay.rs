@@ -157,6 +157,47 @@ pub fn replay(
     events
 }
 
+/// The live run's events with each message's deltas (and snapshots)
+/// folded into one `message` with its final text, where it first showed:
+/// what a client that joined after the run sees, and what [`replay`] of
+/// the finished record equals. `model` is the record's model id.
+pub fn fold_deltas(live: &[AssistantEvent], model: Option<String>) -> Vec<AssistantEvent> {
+    let mut finals: std::collections::HashMap<String, String> = Default::default();
+    let mut snapshots: std::collections::HashMap<String, String> = Default::default();
+    for e in live {
+        match e {
+            AssistantEvent::TextDelta { message_id, text } => {
+                finals.entry(message_id.clone()).or_default().push_str(text);
+            }
+            AssistantEvent::Message {
+                message_id, text, ..
+            } => {
+                snapshots.insert(message_id.clone(), text.clone());
+            }
+            _ => {}
+        }
+    }
+    finals.extend(snapshots);
+    let mut shown = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for e in live {
+        match e {
+            AssistantEvent::TextDelta { message_id, .. }
+            | AssistantEvent::Message { message_id, .. } => {
+                if shown.insert(message_id.clone()) {
+                    out.push(AssistantEvent::Message {
+                        message_id: message_id.clone(),
+                        text: finals[message_id].clone(),
+                        model: model.clone(),
+                    });
+                }
+            }
+            other => out.push(other.clone()),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -174,46 +215,6 @@ mod tests {
             "createdAt": "2026-01-01T00:00:00Z",
         }))
         .unwrap()
-    }
-
-    /// The live run's events with each message's deltas (and snapshots)
-    /// folded into one `message` with its final text, where it first
-    /// showed: what a client that joined after the run should see.
-    fn folded(live: &[AssistantEvent], model: Option<String>) -> Vec<AssistantEvent> {
-        let mut finals: std::collections::HashMap<String, String> = Default::default();
-        let mut snapshots: std::collections::HashMap<String, String> = Default::default();
-        for e in live {
-            match e {
-                AssistantEvent::TextDelta { message_id, text } => {
-                    finals.entry(message_id.clone()).or_default().push_str(text);
-                }
-                AssistantEvent::Message {
-                    message_id, text, ..
-                } => {
-                    snapshots.insert(message_id.clone(), text.clone());
-                }
-                _ => {}
-            }
-        }
-        finals.extend(snapshots);
-        let mut shown = std::collections::HashSet::new();
-        let mut out = Vec::new();
-        for e in live {
-            match e {
-                AssistantEvent::TextDelta { message_id, .. }
-                | AssistantEvent::Message { message_id, .. } => {
-                    if shown.insert(message_id.clone()) {
-                        out.push(AssistantEvent::Message {
-                            message_id: message_id.clone(),
-                            text: finals[message_id].clone(),
-                            model: model.clone(),
-                        });
-                    }
-                }
-                other => out.push(other.clone()),
-            }
-        }
-        out
     }
 
     /// For every stream fixture, the events replayed from the finished
@@ -243,7 +244,7 @@ mod tests {
             finished.reply.fill(&mut record);
             let replayed = replay(&key, &record, Some(&finished.reply.content));
             let model = record.model.as_ref().map(|m| m.id.clone());
-            assert_eq!(replayed, folded(&finished.events, model), "{name}");
+            assert_eq!(replayed, fold_deltas(&finished.events, model), "{name}");
         }
     }
 
