@@ -111,6 +111,11 @@ fn offline_store(a: &Path) -> (String, String, String) {
 /// Every sealed record in the store of `data` opens on its device for the
 /// DID that device seals for, and every message's `chat` names it.
 fn all_open(data: &Path) -> usize {
+    all_open_but(data, &[])
+}
+
+/// [`all_open`], leaving out the records `skip` names (`collection/rkey`).
+fn all_open_but(data: &Path, skip: &[String]) -> usize {
     let device = Device::open(data).unwrap();
     let did = device.account_did().to_owned();
     let mut n = 0;
@@ -121,7 +126,7 @@ fn all_open(data: &Path) -> usize {
             .unwrap()
             .map(|r| r.unwrap().0)
             .collect();
-        for key in keys {
+        for key in keys.into_iter().filter(|k| !skip.contains(k)) {
             let rkey = key.split_once('/').unwrap().1;
             device
                 .open_sealed(collection, rkey)
@@ -153,6 +158,7 @@ on_both_peers!(
     an_offline_store_is_resealed_once_before_its_first_push,
     a_reseal_cut_before_its_commit_is_redone_and_after_it_finished,
     key_wraps_planted_before_the_first_sync_are_dropped_not_blocking,
+    sealed_records_planted_before_the_first_sync_are_left_not_blocking,
 );
 
 fn an_offline_store_is_resealed_once_before_its_first_push(pds: Peer) {
@@ -551,6 +557,91 @@ fn key_wraps_planted_before_the_first_sync_are_dropped_not_blocking(pds: Peer) {
     assert_eq!(joined["did"], pds.did.as_str(), "{joined}");
     assert_eq!(all_open(b), opened);
     assert_eq!(show(b, &chat), show(a, &chat));
+    assert_eq!(
+        message(&show(b, &chat), &msg)["content"]["parts"][0]["text"],
+        format!("Hello {MARKER}").as_str()
+    );
+}
+
+/// The records of `collection` in the store of `data`, by rkey.
+fn local_records(data: &Path, collection: &str) -> BTreeMap<String, Value> {
+    let repo = Repository::open(data).unwrap();
+    let keys: Vec<String> = repo
+        .list(Some(collection))
+        .unwrap()
+        .map(|r| r.unwrap().0)
+        .collect();
+    keys.into_iter()
+        .map(|k| {
+            let rkey = k.split_once('/').unwrap().1.to_owned();
+            let value = repo.get(collection, &rkey).unwrap().unwrap().value;
+            (rkey, value)
+        })
+        .collect()
+}
+
+/// A hostile PDS plants sealed records of ours (a chat and a message
+/// copied from another store, sealed for its DID) before an offline
+/// store's first sync, hoping the re-seal (which refuses to go on while a
+/// record of the store does not open, so as not to lose it) refuses every
+/// push. They came from the PDS, so they are not the store's to seal
+/// again: the re-seal leaves them as they are and names them, seals its
+/// own records again, and the next device reads everything.
+fn sealed_records_planted_before_the_first_sync_are_left_not_blocking(pds: Peer) {
+    let dirs = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let (a, b, x) = (dirs.0.path(), dirs.1.path(), dirs.2.path());
+    let (chat, msg, _) = offline_store(a);
+    let opened = all_open(a);
+    ok(x, &["device", "init", "--name", "elsewhere"]);
+    let x_chat = ok(x, &["chat", "new", "--title", "elsewhere"]);
+    ok(x, &["chat", "send", "--chat", &x_chat, "not yours"]);
+
+    let session = attacker_post(
+        &pds,
+        None,
+        "com.atproto.server.createSession",
+        &serde_json::json!({"identifier": pds.handle, "password": pds.password}),
+    );
+    let token = session["accessJwt"].as_str().unwrap();
+    let mut names = Vec::new();
+    for collection in ["chat.gel.assistant.chat", "chat.gel.assistant.message"] {
+        for (rkey, record) in local_records(x, collection) {
+            attacker_post(
+                &pds,
+                Some(token),
+                "com.atproto.repo.createRecord",
+                &serde_json::json!({"repo": pds.did, "collection": collection, "rkey": rkey, "record": record}),
+            );
+            names.push(format!("{collection}/{rkey}"));
+        }
+    }
+    names.sort();
+    assert_eq!(names.len(), 2, "{names:?}");
+
+    let first = sync(a, &pds);
+    let resealed = &first["reseal"]["resealed"];
+    assert_eq!(resealed["to"], pds.did.as_str(), "{first}");
+    assert_eq!(resealed["sealed"], opened, "its own records: {first}");
+    let mut left: Vec<String> = resealed["leftUnopened"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no leftUnopened: {first}"))
+        .iter()
+        .map(|d| d.as_str().unwrap().to_owned())
+        .collect();
+    left.sort();
+    assert_eq!(left, names, "each planted record, by name: {first}");
+    assert_eq!(device_did(a), pds.did);
+    assert_eq!(all_open_but(a, &names), opened);
+    let second = sync(a, &pds);
+    assert_eq!(second["reseal"], "notNeeded", "{second}");
+
+    let joined = pair_through_pds(a, b, &pds);
+    assert_eq!(joined["did"], pds.did.as_str(), "{joined}");
+    assert_eq!(all_open_but(b, &names), opened);
     assert_eq!(
         message(&show(b, &chat), &msg)["content"]["parts"][0]["text"],
         format!("Hello {MARKER}").as_str()

@@ -128,6 +128,12 @@ pub fn run(data: &Path, args: SyncArgs) -> Outcome {
                             r.dropped.join(", ")
                         ));
                     }
+                    if !r.left_unopened.is_empty() {
+                        say(format_args!(
+                            "left as they are (sealed records from the PDS that do not open here): {}",
+                            r.left_unopened.join(", ")
+                        ));
+                    }
                 }
                 sync::ResealOutcome::Finished { did } => {
                     say(format_args!("finished the interrupted re-seal for {did}"))

@@ -96,6 +96,11 @@ pub struct ResealReport {
     /// Devices paired from an exported CAR: their pairing wraps cannot be
     /// made without their pairing secrets, so they must pair again.
     pub left_behind: Vec<String>,
+    /// Sealed records, as `collection/rkey`, that came from the PDS (it
+    /// holds them as they are here) and do not open for this store's old
+    /// DID: not this store's to seal again, so left as they are (a PDS
+    /// that plants one cannot block the re-seal with it).
+    pub left_unopened: Vec<String>,
 }
 
 /// Seals the store of `dir` (its open repository `repo`) again for
@@ -158,7 +163,7 @@ pub fn reseal_for_account(
             now: keyring.held_epoch(),
         });
     }
-    let plan = plan(repo, &keyring, &state, &from, account, rng)
+    let plan = plan(repo, &keyring, &state, (&from, account), pushed, rng)
         .map_err(|e| refused(account, e.to_string()))?;
     verify_plan(&key, &state, &keyring, account, &plan)
         .map_err(|e| refused(account, e.to_string()))?;
@@ -300,8 +305,8 @@ fn plan(
     repo: &Repository,
     keyring: &Keyring,
     state: &DeviceState,
-    from: &str,
-    to: &str,
+    (from, to): (&str, &str),
+    pushed: &BTreeMap<String, Cid>,
     rng: &mut impl CryptoRng,
 ) -> Result<Plan, DeviceError> {
     let mut report = ResealReport {
@@ -313,6 +318,7 @@ fn plan(
         changes: 0,
         dropped: Vec::new(),
         left_behind: Vec::new(),
+        left_unopened: Vec::new(),
     };
     let mut writes = Vec::new();
     let mut keys = KeySet::default();
@@ -434,6 +440,16 @@ fn plan(
         };
         let opened = match open_record(&original, &old, keyring) {
             Ok(o) => o,
+            // The PDS's own copy, not sealed here: not ours to seal again.
+            Err(e) if pushed.get(&path) == Some(&cid) => {
+                tracing::warn!(
+                    record = %path,
+                    why = %e,
+                    "a sealed record from the PDS that does not open here is left as it is"
+                );
+                report.left_unopened.push(path.clone());
+                continue;
+            }
             Err(e) => {
                 unreadable.push(format!("{path} ({e})"));
                 continue;
