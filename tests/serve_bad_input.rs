@@ -254,9 +254,7 @@ fn bad_requests_get_named_errors_and_change_nothing() {
     };
     expect(&with("Bearer nonsense"), 400, "InvalidToken");
     expect(&with("Basic dXNlcjpwYXNz"), 401, "AuthenticationRequired");
-    let mut forged = peer.token.clone();
-    forged.pop();
-    forged.push(if peer.token.ends_with('A') { 'B' } else { 'A' });
+    let forged = common_serve::forged_jwt(&peer.token);
     expect(&with(&format!("Bearer {forged}")), 400, "InvalidToken");
     let login = http(
         &addr,

@@ -412,3 +412,15 @@ pub fn drive(
     );
     summary
 }
+
+/// `jwt` with one character of its signature changed, so no verifier
+/// takes it. Not the last character: that one of a 32-byte signature
+/// carries two padding bits, which a lenient base64url decoder ignores
+/// (`A`, `B`, `C` and `D` decode alike there).
+pub fn forged_jwt(jwt: &str) -> String {
+    let at = jwt.len() - 10;
+    let mut forged = jwt.to_owned();
+    let flipped = if &jwt[at..=at] == "A" { "B" } else { "A" };
+    forged.replace_range(at..=at, flipped);
+    forged
+}
