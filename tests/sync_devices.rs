@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use gelstore::repo::repository::Repository;
 use serde_json::{Value, json};
 
-use common_peer::{Kind, Peer, gel, mirror, on_both_peers};
+use common_peer::{Kind, Peer, gel, message, mirror, on_both_peers, show};
 
 /// Text that must never reach the PDS in the clear.
 const MARKER: &str = "PLAINTEXT-MARKER-b3Vk";
@@ -114,22 +114,6 @@ fn contains(haystack: &[u8], needle: &str) -> bool {
     haystack
         .windows(needle.len())
         .any(|w| w == needle.as_bytes())
-}
-
-fn show(data: &Path, chat: &str) -> Value {
-    json_of(&ok(
-        data,
-        &["chat", "show", "--chat", chat, "--format", "json"],
-    ))
-}
-
-fn message<'a>(thread: &'a Value, key: &str) -> &'a Value {
-    thread["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["key"] == key)
-        .unwrap_or_else(|| panic!("no message {key} in {thread}"))
 }
 
 fn approvals(data: &Path) -> Vec<Value> {

@@ -20,7 +20,7 @@ use gelstore::device::Device;
 use gelstore::repo::repository::Repository;
 use serde_json::Value;
 
-use common_peer::{Peer, gel, on_both_peers};
+use common_peer::{Peer, gel, message, on_both_peers, show};
 
 const MARKER: &str = "RESEAL-PLAINTEXT-7Qm2";
 const SEALED: [&str; 3] = [
@@ -76,22 +76,6 @@ fn device_did(data: &Path) -> String {
         .as_str()
         .unwrap()
         .to_owned()
-}
-
-fn show(data: &Path, chat: &str) -> Value {
-    json_of(&ok(
-        data,
-        &["chat", "show", "--chat", chat, "--format", "json"],
-    ))
-}
-
-fn message<'a>(thread: &'a Value, key: &str) -> &'a Value {
-    thread["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["key"] == key)
-        .unwrap_or_else(|| panic!("no message {key} in {thread}"))
 }
 
 /// An offline store: a device, settings, a chat, a message and a pending
@@ -401,21 +385,49 @@ fn attacker_post(pds: &Peer, token: Option<&str>, method: &str, body: &Value) ->
         })
 }
 
-/// The key wrap records of the store in `data`, by rkey.
-fn local_wraps(data: &Path) -> BTreeMap<String, Value> {
+/// The records of `collection` in the store of `data`, by rkey.
+fn local_records(data: &Path, collection: &str) -> BTreeMap<String, Value> {
     let repo = Repository::open(data).unwrap();
     let keys: Vec<String> = repo
-        .list(Some(KEY_WRAP))
+        .list(Some(collection))
         .unwrap()
         .map(|r| r.unwrap().0)
         .collect();
     keys.into_iter()
         .map(|k| {
             let rkey = k.split_once('/').unwrap().1.to_owned();
-            let value = repo.get(KEY_WRAP, &rkey).unwrap().unwrap().value;
+            let value = repo.get(collection, &rkey).unwrap().unwrap().value;
             (rkey, value)
         })
         .collect()
+}
+
+/// The attacker's access token (a session with the account password).
+fn attacker_token(pds: &Peer) -> String {
+    let session = attacker_post(
+        pds,
+        None,
+        "com.atproto.server.createSession",
+        &serde_json::json!({"identifier": pds.handle, "password": pds.password}),
+    );
+    session["accessJwt"].as_str().unwrap().to_owned()
+}
+
+/// Writes `record` into `collection` on the PDS as the attacker (at
+/// `rkey`, or a fresh one); returns its `collection/rkey`.
+fn plant(pds: &Peer, token: &str, collection: &str, rkey: Option<&str>, record: &Value) -> String {
+    let mut body = serde_json::json!({"repo": pds.did, "collection": collection, "record": record});
+    if let Some(k) = rkey {
+        body["rkey"] = k.into();
+    }
+    let made = attacker_post(pds, Some(token), "com.atproto.repo.createRecord", &body);
+    let rkey = made["uri"].as_str().unwrap().rsplit('/').next().unwrap();
+    format!("{collection}/{rkey}")
+}
+
+/// The key wrap records of the store in `data`, by rkey.
+fn local_wraps(data: &Path) -> BTreeMap<String, Value> {
+    local_records(data, KEY_WRAP)
 }
 
 /// The rkeys of the key wraps on the PDS.
@@ -496,24 +508,11 @@ fn key_wraps_planted_before_the_first_sync_are_dropped_not_blocking(pds: Peer) {
     // Another account's wraps, as they are.
     planted.extend(foreign.values().cloned());
 
-    let session = attacker_post(
-        &pds,
-        None,
-        "com.atproto.server.createSession",
-        &serde_json::json!({"identifier": pds.handle, "password": pds.password}),
-    );
-    let token = session["accessJwt"].as_str().unwrap();
-    let mut names = Vec::new();
-    for record in &planted {
-        let made = attacker_post(
-            &pds,
-            Some(token),
-            "com.atproto.repo.createRecord",
-            &serde_json::json!({"repo": pds.did, "collection": KEY_WRAP, "record": record}),
-        );
-        let rkey = made["uri"].as_str().unwrap().rsplit('/').next().unwrap();
-        names.push(format!("{KEY_WRAP}/{rkey}"));
-    }
+    let token = attacker_token(&pds);
+    let mut names: Vec<String> = planted
+        .iter()
+        .map(|record| plant(&pds, &token, KEY_WRAP, None, record))
+        .collect();
     names.sort();
 
     // The first sync pulls them, re-seals without them, and pushes.
@@ -563,23 +562,6 @@ fn key_wraps_planted_before_the_first_sync_are_dropped_not_blocking(pds: Peer) {
     );
 }
 
-/// The records of `collection` in the store of `data`, by rkey.
-fn local_records(data: &Path, collection: &str) -> BTreeMap<String, Value> {
-    let repo = Repository::open(data).unwrap();
-    let keys: Vec<String> = repo
-        .list(Some(collection))
-        .unwrap()
-        .map(|r| r.unwrap().0)
-        .collect();
-    keys.into_iter()
-        .map(|k| {
-            let rkey = k.split_once('/').unwrap().1.to_owned();
-            let value = repo.get(collection, &rkey).unwrap().unwrap().value;
-            (rkey, value)
-        })
-        .collect()
-}
-
 /// A hostile PDS plants sealed records of ours (a chat and a message
 /// copied from another store, sealed for its DID) before an offline
 /// store's first sync, hoping the re-seal (which refuses to go on while a
@@ -600,23 +582,11 @@ fn sealed_records_planted_before_the_first_sync_are_left_not_blocking(pds: Peer)
     let x_chat = ok(x, &["chat", "new", "--title", "elsewhere"]);
     ok(x, &["chat", "send", "--chat", &x_chat, "not yours"]);
 
-    let session = attacker_post(
-        &pds,
-        None,
-        "com.atproto.server.createSession",
-        &serde_json::json!({"identifier": pds.handle, "password": pds.password}),
-    );
-    let token = session["accessJwt"].as_str().unwrap();
+    let token = attacker_token(&pds);
     let mut names = Vec::new();
     for collection in ["chat.gel.assistant.chat", "chat.gel.assistant.message"] {
         for (rkey, record) in local_records(x, collection) {
-            attacker_post(
-                &pds,
-                Some(token),
-                "com.atproto.repo.createRecord",
-                &serde_json::json!({"repo": pds.did, "collection": collection, "rkey": rkey, "record": record}),
-            );
-            names.push(format!("{collection}/{rkey}"));
+            names.push(plant(&pds, &token, collection, Some(&rkey), &record));
         }
     }
     names.sort();

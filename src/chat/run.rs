@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use super::approval::{Decision, Resolution, ResolvedCall, Settled};
 use super::input::{LineError, StreamLine};
 use super::reply::{End, Finished, Reply};
-use super::store::{ChatStoreError, PendingReply};
+use super::store::{ChatStoreError, PendingReply, invalid};
 use super::{ApprovalPolicy, AssistantEvent, StreamError, ToolRun};
 use crate::lexicon::chat::gel::assistant::defs::ModelRef;
 
@@ -27,7 +27,7 @@ pub fn settle_answer(
         .map(|c| c.call.call_id.as_str())
         .collect();
     if !missing.is_empty() {
-        return Err(ChatStoreError::invalid(
+        return Err(invalid(
             "tool results",
             format!(
                 "approved call(s) {} need a result (the host runs the tool)",
@@ -42,7 +42,7 @@ pub fn settle_answer(
             .filter(approved)
             .any(|c| &c.call.call_id == *k)
     }) {
-        return Err(ChatStoreError::invalid(
+        return Err(invalid(
             "tool results",
             format!(
                 "call {extra:?} is not an approved call of reply {}",
@@ -64,7 +64,7 @@ pub fn begin_reply(
     let (reply, first) = match settled {
         None => (Reply::new(pending.key, policy), Vec::new()),
         Some(settled) => Reply::resume(pending.key, policy, settled)
-            .map_err(|e| ChatStoreError::invalid("reply to the answer", e))?,
+            .map_err(|e| invalid("reply to the answer", e))?,
     };
     Ok((LineRun::new(reply), first))
 }

@@ -116,17 +116,11 @@ pub enum ChatStoreError {
 
 type Result<T, E = ChatStoreError> = std::result::Result<T, E>;
 
-impl ChatStoreError {
-    pub(crate) fn invalid(what: &str, reason: impl std::fmt::Display) -> ChatStoreError {
-        ChatStoreError::Invalid {
-            what: what.to_string(),
-            reason: reason.to_string(),
-        }
+pub(super) fn invalid(what: &str, reason: impl std::fmt::Display) -> ChatStoreError {
+    ChatStoreError::Invalid {
+        what: what.to_string(),
+        reason: reason.to_string(),
     }
-}
-
-fn invalid(what: &str, reason: impl std::fmt::Display) -> ChatStoreError {
-    ChatStoreError::invalid(what, reason)
 }
 
 /// A reply created `pending` by [`ChatStore::start_reply`]: where it is

@@ -16,11 +16,12 @@ impl Position {
     pub const START: Position = Position { line: 1, column: 1 };
 }
 
-/// The position of what `pointer` (RFC 6901) names in `text`: a property
-/// where its name starts, an array element where it starts. A pointer
-/// that goes past the document (a removed definition, say) lands on the
-/// deepest part that exists; text that does not parse, on the start.
-pub fn locate(text: &str, pointer: &str) -> Position {
+/// The positions of what each of `pointers` (RFC 6901) names in `text`,
+/// parsing it once: a property where its name starts, an array element
+/// where it starts. A pointer that goes past the document (a removed
+/// definition, say) lands on the deepest part that exists; text that does
+/// not parse puts every pointer on the start.
+pub fn locate_all(text: &str, pointers: &[&str]) -> Vec<Position> {
     let strict = ParseOptions {
         allow_comments: false,
         allow_loose_object_property_names: false,
@@ -31,12 +32,20 @@ pub fn locate(text: &str, pointer: &str) -> Position {
         allow_unary_plus_numbers: false,
         ..ParseOptions::default()
     };
-    let Ok(parsed) = parse_to_ast(text, &CollectOptions::default(), &strict) else {
-        return Position::START;
+    let parsed = parse_to_ast(text, &CollectOptions::default(), &strict).ok();
+    let Some(root) = parsed.as_ref().and_then(|p| p.value.as_ref()) else {
+        return vec![Position::START; pointers.len()];
     };
-    let Some(mut value) = parsed.value.as_ref() else {
-        return Position::START;
-    };
+    let lines = LineStarts::of(text);
+    pointers
+        .iter()
+        .map(|pointer| lines.position(text, offset_of(root, pointer)))
+        .collect()
+}
+
+/// The byte offset where `pointer` lands under `root`.
+fn offset_of(root: &Value<'_>, pointer: &str) -> usize {
+    let mut value = root;
     let mut at = value.range().start;
     for token in pointer.split('/').skip(1) {
         let token = token.replace("~1", "/").replace("~0", "~");
@@ -57,21 +66,38 @@ pub fn locate(text: &str, pointer: &str) -> Position {
         at = start;
         value = inner;
     }
-    position_of(text, at)
+    at
 }
 
-fn position_of(text: &str, offset: usize) -> Position {
-    let before = &text[..offset.min(text.len())];
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    Position {
-        line: before.matches('\n').count() + 1,
-        column: before[line_start..].chars().count() + 1,
+/// Where each line of a text starts, so an offset finds its line by a
+/// binary search instead of a scan from the start.
+struct LineStarts(Vec<usize>);
+
+impl LineStarts {
+    fn of(text: &str) -> LineStarts {
+        let starts = std::iter::once(0)
+            .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+            .collect();
+        LineStarts(starts)
+    }
+
+    fn position(&self, text: &str, offset: usize) -> Position {
+        let offset = offset.min(text.len());
+        let line = self.0.partition_point(|&s| s <= offset) - 1;
+        Position {
+            line: line + 1,
+            column: text[self.0[line]..offset].chars().count() + 1,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn locate(text: &str, pointer: &str) -> Position {
+        locate_all(text, &[pointer])[0]
+    }
 
     const DOC: &str = "{\n  \"id\": \"a.b\",\n  \"defs\": {\n    \"main\": {\n      \"type\": \"record\",\n      \"é/~\": [1, {\"x\": 2}]\n    }\n  }\n}\n";
 

@@ -3,11 +3,10 @@
 //! them into an exit status (the same for every format).
 
 use super::Outcome;
-use super::locate::{Position, locate};
+use super::locate::{Position, locate_all};
 use clap::ValueEnum;
 use gelstore_codegen::Finding;
 use serde_json::json;
-use std::collections::HashMap;
 use std::io::Write;
 
 /// How the `lex` commands print their findings.
@@ -52,15 +51,12 @@ pub fn print(reports: &[InputReport], format: LexFormat, what: &str) -> Outcome 
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let error_count: usize = reports.iter().map(|r| r.errors.len()).sum();
-    let mut places = Places::default();
     // A closed stdout (e.g. `| head`) is not worth a panic or an error exit.
     let _ = match format {
         LexFormat::Human => reports.iter().try_for_each(|r| print_human(&mut out, r)),
         LexFormat::Json => reports.iter().try_for_each(|r| print_json(&mut out, r)),
-        LexFormat::Github => reports
-            .iter()
-            .try_for_each(|r| print_github(&mut out, r, &mut places)),
-        LexFormat::Sarif => print_sarif(&mut out, reports, &mut places),
+        LexFormat::Github => reports.iter().try_for_each(|r| print_github(&mut out, r)),
+        LexFormat::Sarif => print_sarif(&mut out, reports),
     };
     let _ = out.flush();
     if format == LexFormat::Human {
@@ -100,22 +96,30 @@ fn print_json(out: &mut impl Write, r: &InputReport) -> std::io::Result<()> {
     writeln!(out, "{line}")
 }
 
-/// The position of each finding in its file, each file read once (an input
-/// that is not a readable file, such as stdin, puts its findings on line 1).
-#[derive(Default)]
-struct Places {
-    texts: HashMap<String, Option<String>>,
+/// The position of each finding of `r` in its file (its errors, then its
+/// notes), the file read and parsed once; an input that is not a readable
+/// file, such as stdin, puts its findings on line 1.
+fn places(r: &InputReport) -> Vec<Position> {
+    let findings = r.errors.iter().chain(&r.notes);
+    let pointers: Vec<&str> = findings.map(|f| f.path.as_str()).collect();
+    match std::fs::read_to_string(&r.file) {
+        Ok(text) if !pointers.is_empty() => locate_all(&text, &pointers),
+        _ => vec![Position::START; pointers.len()],
+    }
 }
 
-impl Places {
-    fn of(&mut self, f: &Finding) -> Position {
-        let text = self
-            .texts
-            .entry(f.file.clone())
-            .or_insert_with(|| std::fs::read_to_string(&f.file).ok());
-        text.as_deref()
-            .map_or(Position::START, |t| locate(t, &f.path))
-    }
+/// Each finding of `r` with its level name and position.
+fn placed<'a>(
+    r: &'a InputReport,
+    error: &'static str,
+    note: &'static str,
+) -> impl Iterator<Item = (&'static str, &'a Finding, Position)> {
+    let levels =
+        std::iter::repeat_n(error, r.errors.len()).chain(std::iter::repeat_n(note, r.notes.len()));
+    levels
+        .zip(r.errors.iter().chain(&r.notes))
+        .zip(places(r))
+        .map(|((level, f), at)| (level, f, at))
 }
 
 /// Escapes workflow-command data (`%`, CR, LF) and, for properties, also
@@ -135,53 +139,41 @@ fn github_escape(s: &str, property: bool) -> String {
     out
 }
 
-fn print_github(out: &mut impl Write, r: &InputReport, places: &mut Places) -> std::io::Result<()> {
-    let levels = [("error", &r.errors), ("notice", &r.notes)];
-    for (level, findings) in levels {
-        for f in findings.iter() {
-            let Position { line, column } = places.of(f);
-            let path = if f.path.is_empty() { "/" } else { &f.path };
-            writeln!(
-                out,
-                "::{level} file={},line={line},col={column},title={}::{}",
-                github_escape(&f.file, true),
-                github_escape(f.rule, true),
-                github_escape(&format!("{path}: {}", f.message), false),
-            )?;
-        }
+fn print_github(out: &mut impl Write, r: &InputReport) -> std::io::Result<()> {
+    for (level, f, Position { line, column }) in placed(r, "error", "notice") {
+        let path = if f.path.is_empty() { "/" } else { &f.path };
+        writeln!(
+            out,
+            "::{level} file={},line={line},col={column},title={}::{}",
+            github_escape(&f.file, true),
+            github_escape(f.rule, true),
+            github_escape(&format!("{path}: {}", f.message), false),
+        )?;
     }
     Ok(())
 }
 
-fn print_sarif(
-    out: &mut impl Write,
-    reports: &[InputReport],
-    places: &mut Places,
-) -> std::io::Result<()> {
+fn print_sarif(out: &mut impl Write, reports: &[InputReport]) -> std::io::Result<()> {
     let mut rules: Vec<&str> = Vec::new();
     let mut results = Vec::new();
     for r in reports {
-        let levels = [("error", &r.errors), ("note", &r.notes)];
-        for (level, findings) in levels {
-            for f in findings.iter() {
-                if !rules.contains(&f.rule) {
-                    rules.push(f.rule);
-                }
-                let Position { line, column } = places.of(f);
-                let path = if f.path.is_empty() { "/" } else { &f.path };
-                results.push(json!({
-                    "ruleId": f.rule,
-                    "level": level,
-                    "message": {"text": format!("{path}: {}", f.message)},
-                    "locations": [{
-                        "physicalLocation": {
-                            "artifactLocation": {"uri": f.file},
-                            "region": {"startLine": line, "startColumn": column},
-                        },
-                        "logicalLocations": [{"fullyQualifiedName": path, "kind": "member"}],
-                    }],
-                }));
+        for (level, f, Position { line, column }) in placed(r, "error", "note") {
+            if !rules.contains(&f.rule) {
+                rules.push(f.rule);
             }
+            let path = if f.path.is_empty() { "/" } else { &f.path };
+            results.push(json!({
+                "ruleId": f.rule,
+                "level": level,
+                "message": {"text": format!("{path}: {}", f.message)},
+                "locations": [{
+                    "physicalLocation": {
+                        "artifactLocation": {"uri": f.file},
+                        "region": {"startLine": line, "startColumn": column},
+                    },
+                    "logicalLocations": [{"fullyQualifiedName": path, "kind": "member"}],
+                }],
+            }));
         }
     }
     let log = json!({

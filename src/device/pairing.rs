@@ -152,15 +152,7 @@ pub fn init(
     let (ring, set) = Keyring::create(repo.did(), &id, key.clone(), &state.pairing, rng)?;
     let mut writes = Vec::new();
     if records.devices_with_key(&key.public_key()).is_empty() {
-        writes.push(Write::create(
-            DEVICE_COLLECTION,
-            &id,
-            device_to_value(
-                &key.public_key(),
-                name,
-                Some((&key.signing_key(), &state.pairing)),
-            )?,
-        ));
+        writes.push(own_device_write(&id, &key, name, &state)?);
     }
     writes.extend(key_writes(&set, &mut clock)?);
     repo.apply(&writes)?;
@@ -335,15 +327,7 @@ pub fn publish(dir: impl AsRef<Path>, name: Option<&str>) -> Result<String, Devi
                 .next_tid()
                 .map_err(RepoError::from)?
                 .to_string();
-            repo.apply(&[Write::create(
-                DEVICE_COLLECTION,
-                &id,
-                device_to_value(
-                    &key.public_key(),
-                    name,
-                    Some((&key.signing_key(), &state.pairing)),
-                )?,
-            )])?;
+            repo.apply(&[own_device_write(&id, &key, name, &state)?])?;
             id
         }
     };
@@ -529,4 +513,23 @@ fn finish_join(
         epoch: device.keyring.held_epoch(),
         newest_epoch: device.newest_epoch(),
     })
+}
+
+/// This device's own `device` record (its public keys, name, and the
+/// signing key's proof under its pairing secret), created at `id`.
+fn own_device_write(
+    id: &str,
+    key: &DeviceKey,
+    name: Option<&str>,
+    state: &DeviceState,
+) -> Result<Write, DeviceError> {
+    Ok(Write::create(
+        DEVICE_COLLECTION,
+        id,
+        device_to_value(
+            &key.public_key(),
+            name,
+            Some((&key.signing_key(), &state.pairing)),
+        )?,
+    ))
 }

@@ -276,3 +276,19 @@ pub fn sync_args<'a>(peer: &'a Peer, service: &'a str, password: &'a str) -> Vec
         "json",
     ]
 }
+
+/// `chat show --format json` of `chat` in the store of `data`.
+pub fn show(data: &Path, chat: &str) -> serde_json::Value {
+    let out = ok(data, &["chat", "show", "--chat", chat, "--format", "json"]);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// The message `key` of a `chat show` thread.
+pub fn message<'a>(thread: &'a serde_json::Value, key: &str) -> &'a serde_json::Value {
+    thread["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["key"] == key)
+        .unwrap_or_else(|| panic!("no message {key} in {thread}"))
+}
