@@ -1,5 +1,6 @@
 //! The atproto repository (v3): MST, signed commits, CAR files, proofs.
 //!
+//! - [`blobs`]: the data folder's blob files and the blob references in records.
 //! - [`blocks`]: the block source/sink traits every part reads and writes.
 //! - [`mst`]: the Merkle Search Tree.
 //! - [`commit`], [`keys`], [`tid`]: signed commits, keys, revisions.
@@ -17,6 +18,7 @@
 //!   with each commit, cursors and retention, strict decoding and the
 //!   consumer's inductive check.
 
+pub mod blobs;
 pub mod blocks;
 pub mod car;
 pub mod commit;

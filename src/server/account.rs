@@ -14,8 +14,7 @@
 //! start; `--handle` changes the handle.
 
 use std::fs;
-use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use argon2::{Argon2, PasswordHash, PasswordHasher as _, PasswordVerifier as _};
 use base64::Engine as _;
@@ -24,6 +23,8 @@ use hmac::Hmac;
 use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use subtle::ConstantTimeEq as _;
+
+use crate::store::files::write_private;
 
 /// The account file's name in the data folder.
 pub const ACCOUNT_FILE: &str = "account.json";
@@ -376,33 +377,6 @@ pub fn random_token(n: usize) -> Result<String, AccountError> {
     let mut bytes = vec![0u8; n];
     getrandom::fill(&mut bytes).map_err(|e| AccountError::Random(e.to_string()))?;
     Ok(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes))
-}
-
-/// Writes `bytes` to `path` with mode 0600 through a temporary file, fsync
-/// and rename: a crash leaves the old file or the new one.
-pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    // Unique per call: two requests may write the same blob at once.
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp: PathBuf = path.with_extension(format!("{}.{n}.tmp", std::process::id()));
-    let mut options = fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::OpenOptionsExt;
-        options.mode(0o600);
-    }
-    let mut file = options.open(&tmp)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    drop(file);
-    fs::rename(&tmp, path)?;
-    if let Some(parent) = path.parent()
-        && let Ok(d) = fs::File::open(parent)
-    {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -20,60 +20,15 @@ use std::path::{Path, PathBuf};
 
 use cid::Cid;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::model::parse_cid;
+use crate::repo::blobs::blob_refs_in;
 use crate::repo::repository::{Changes, Follower, RepoError, Repository, WriteHints};
 
 /// The index file in a data folder.
 pub const BLOB_REFS_FILE: &str = "blob-refs.json";
 
 const VERSION: u32 = 1;
-
-/// A blob reference found in a record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BlobRef {
-    /// `ref.$link`.
-    pub cid: Cid,
-    /// `mimeType`, if given as a string.
-    pub mime: Option<String>,
-    /// `size`, if given as a whole number.
-    pub size: Option<u64>,
-}
-
-/// Every blob reference in `value`, depth first.
-pub fn blob_refs_in(value: &Value) -> Vec<BlobRef> {
-    let mut out = Vec::new();
-    collect(value, &mut out);
-    out
-}
-
-fn collect(value: &Value, out: &mut Vec<BlobRef>) {
-    match value {
-        Value::Object(map) => {
-            if map.get("$type").and_then(Value::as_str) == Some("blob")
-                && let Some(link) = map
-                    .get("ref")
-                    .and_then(|r| r.get("$link"))
-                    .and_then(Value::as_str)
-                && let Ok(cid) = parse_cid(link)
-            {
-                out.push(BlobRef {
-                    cid,
-                    mime: map
-                        .get("mimeType")
-                        .and_then(Value::as_str)
-                        .map(str::to_owned),
-                    size: map.get("size").and_then(Value::as_u64),
-                });
-                return;
-            }
-            map.values().for_each(|v| collect(v, out));
-        }
-        Value::Array(items) => items.iter().for_each(|v| collect(v, out)),
-        _ => {}
-    }
-}
 
 /// The file's shape.
 #[derive(Serialize, Deserialize)]
@@ -343,7 +298,7 @@ impl BlobRefs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     const A: &str = "bafkreibme22gw2h7y2h7tg2fhqotaqjucnbc24deqo72b6mkl2egezxhvy";
 

@@ -14,7 +14,6 @@
 //! | `sessions` | `sessions.json`: the live refresh-token ids (rotation, grace, revocation) |
 //! | `identity` | the did:web and its DID document |
 //! | `plc` | `--plc`: a did:plc genesis operation registered with a PLC directory |
-//! | `blobs` | uploaded blobs, one file each; the sweep of unreferenced ones |
 //! | `blob_refs` | `blob-refs.json`: which records reference which blobs, derived from the repository |
 //! | `chat_index` | the message records' clear fields for the chat queries, kept current from the event log |
 //! | `ratelimit` | failed password attempts (createSession), limited per address (the reference's figures) and per account |
@@ -25,7 +24,6 @@ mod account;
 mod assistant;
 mod auth;
 mod blob_refs;
-mod blobs;
 mod chat_index;
 mod conn;
 mod error;
@@ -58,10 +56,10 @@ use self::account::{Account, PasswordNote};
 use self::assistant::Assistant;
 use self::auth::TokenKeys;
 use self::blob_refs::BlobRefs;
-use self::blobs::BlobStore;
 use self::sessions::Sessions;
 use self::state::{AppState, Identity, Store};
 use crate::chat::ChatStore;
+use crate::repo::blobs::{self, BlobStore};
 use crate::repo::identity::load_key;
 use crate::repo::repository::{RepoError, Repository};
 

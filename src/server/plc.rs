@@ -17,9 +17,9 @@ use sha2::{Digest, Sha256};
 
 use std::path::Path;
 
-use super::account::write_private;
 use crate::model::{cid_for_cbor, encode_dag_cbor, json_to_ipld};
 use crate::repo::keys::SigningKey;
+use crate::store::files::write_private;
 
 /// Why registering failed.
 #[derive(Debug, thiserror::Error)]

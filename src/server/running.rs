@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::account::write_private;
+use crate::store::files::write_private;
 
 /// The marker's name in the data folder.
 pub const MARKER_FILE: &str = "serve.json";

@@ -28,7 +28,8 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use super::account::{AccountError, random_token, write_private};
+use super::account::{AccountError, random_token};
+use crate::store::files::write_private;
 
 /// The file's name in the data folder.
 pub const SESSIONS_FILE: &str = "sessions.json";

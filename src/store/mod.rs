@@ -21,6 +21,7 @@
 //! This module knows nothing of blocks, CIDs or commits; the repository
 //! decides what the tables hold (see `repo::repository`).
 
+pub mod files;
 mod memory;
 mod sled;
 

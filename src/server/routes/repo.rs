@@ -16,9 +16,9 @@ use serde_json::{Value, json};
 
 use super::server::require_access;
 use crate::model::parse_cid;
+use crate::repo::blobs::blob_refs_in;
 use crate::repo::records::{known_lexicons, prepare_record};
 use crate::repo::repository::{CommitInfo, RepoError, Write};
-use crate::server::blob_refs::blob_refs_in;
 use crate::server::error::XrpcError;
 use crate::server::state::{AppState, Core};
 use crate::server::xrpc::{Request, content_type};

@@ -1,6 +1,8 @@
-//! Blobs uploaded with `com.atproto.repo.uploadBlob`, one file per blob in
-//! `DATA/blobs/` named by its CID (raw codec, SHA-256), with its MIME type
-//! in a `.mime` file beside it.
+//! A data folder's blobs (uploaded with `com.atproto.repo.uploadBlob`,
+//! fetched by `sync`, or sealed by this device for a record), one file per
+//! blob in `DATA/blobs/` named by its CID (raw codec, SHA-256), with its
+//! MIME type in a `.mime` file beside it, and the blob references a record
+//! holds ([`blob_refs_in`]).
 //!
 //! An upload is written and fsynced to a temporary file first (outside the
 //! repository lock), then moved into place under the lock
@@ -18,6 +20,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use cid::Cid;
+use serde_json::Value;
 
 use crate::model::{cid_for_blob, parse_cid};
 
@@ -42,6 +45,51 @@ pub fn temp_window_from_env() -> Result<Duration, String> {
             .filter(|&n| (1..=30 * 24 * 3600).contains(&n))
             .map(Duration::from_secs)
             .ok_or_else(|| format!("{TEMP_WINDOW_ENV} must be whole seconds from 1 to 2592000")),
+    }
+}
+
+/// A blob reference found in a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlobRef {
+    /// `ref.$link`.
+    pub cid: Cid,
+    /// `mimeType`, if given as a string.
+    pub mime: Option<String>,
+    /// `size`, if given as a whole number.
+    pub size: Option<u64>,
+}
+
+/// Every blob reference in `value`, depth first.
+pub fn blob_refs_in(value: &Value) -> Vec<BlobRef> {
+    let mut out = Vec::new();
+    collect(value, &mut out);
+    out
+}
+
+fn collect(value: &Value, out: &mut Vec<BlobRef>) {
+    match value {
+        Value::Object(map) => {
+            if map.get("$type").and_then(Value::as_str) == Some("blob")
+                && let Some(link) = map
+                    .get("ref")
+                    .and_then(|r| r.get("$link"))
+                    .and_then(Value::as_str)
+                && let Ok(cid) = parse_cid(link)
+            {
+                out.push(BlobRef {
+                    cid,
+                    mime: map
+                        .get("mimeType")
+                        .and_then(Value::as_str)
+                        .map(str::to_owned),
+                    size: map.get("size").and_then(Value::as_u64),
+                });
+                return;
+            }
+            map.values().for_each(|v| collect(v, out));
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect(v, out)),
+        _ => {}
     }
 }
 
@@ -277,7 +325,7 @@ fn private_file(path: &Path) -> std::io::Result<fs::File> {
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    super::account::write_private(path, bytes)
+    crate::store::files::write_private(path, bytes)
 }
 
 fn sync_dir(dir: &Path) {
