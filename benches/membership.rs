@@ -254,6 +254,7 @@ fn data_folder(root: &Path, devices: usize, chats: usize) -> (PathBuf, String) {
                 content: json!({"title": format!("chat {rkey}"), "systemPrompt": "Be brief."}),
                 update: false,
                 swap: None,
+                blobs: Vec::new(),
             })
             .collect();
         dev.apply_sealed(&writes, &mut rng).unwrap();

@@ -246,6 +246,7 @@ fn answer_settle_resume_and_view() {
                 subject: None,
                 elapsed_ms: Some(31),
                 decision: Some(ToolResultDecision::Approved),
+                output_blob: None,
             },
             AssistantEvent::ToolResult {
                 call_id: "c_mail".into(),
@@ -259,6 +260,7 @@ fn answer_settle_resume_and_view() {
                 subject: None,
                 elapsed_ms: None,
                 decision: Some(ToolResultDecision::Declined),
+                output_blob: None,
             },
         ]
     );

@@ -19,10 +19,12 @@ use gelstore::chat::events::AssistantEvent;
 use gelstore::chat::keys::{Attempt, ReplyKey};
 use gelstore::chat::record::{ChatRecord, pending_reply, user_message};
 use gelstore::chat::reply::{Finished, Reply};
+use gelstore::chat::results::OUTPUT_KEPT;
 use gelstore::chat::thread::Thread;
 use gelstore::lexicon::chat::gel::assistant::defs::{PlainContent, PlainContentPartsItem};
 use gelstore::lexicon::chat::gel::assistant::message::{MessageStatus, MessageStopReason};
-use gelstore::lexicon::support::{AtUri, Datetime, Validate};
+use gelstore::lexicon::support::{AtUri, BlobRef, Datetime, Validate};
+use gelstore::seal::open_blob;
 use serde_json::Value;
 
 mod common;
@@ -56,11 +58,14 @@ fn policy(opts: &Value) -> Arc<dyn ApprovalPolicy + Send + Sync> {
 
 /// The seed of the fixtures' pending-action ids (a live run draws one).
 const FIXTURE_ACTION_SEED: [u8; 16] = [0; 16];
+/// The seed of the fixtures' output-blob keys, so their CIDs are fixed.
+const FIXTURE_BLOB_SEED: [u8; 32] = [1; 32];
 
 fn run(case: &Path, input: &str, key: ReplyKey) -> Finished {
     let text = fs::read_to_string(case.join(input)).unwrap();
     Reply::new(key, policy(&options(case)))
         .with_action_seed(FIXTURE_ACTION_SEED)
+        .with_blob_seed(FIXTURE_BLOB_SEED)
         .run_jsonl(&text)
 }
 
@@ -165,6 +170,42 @@ fn check_invariants(name: &str, f: &Finished) {
             }
             assert_eq!(shown, t.text, "{name}: client text of part {i}");
         }
+    }
+
+    // Every output blob is referenced by one part and holds that part's
+    // whole output, of which the part keeps the start.
+    let results: Vec<_> = r
+        .content
+        .parts
+        .iter()
+        .filter_map(|p| match p {
+            PlainContentPartsItem::ToolResultPart(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    let with_blob: Vec<_> = results.iter().filter(|t| t.output_blob.is_some()).collect();
+    assert_eq!(
+        with_blob.len(),
+        r.blobs.len(),
+        "{name}: a blob per outputBlob"
+    );
+    for (part, blob) in with_blob.iter().zip(&r.blobs) {
+        let Some(BlobRef::Typed(b)) = &part.output_blob else {
+            panic!("{name}: a typed blob ref")
+        };
+        assert_eq!(b.r#ref.0, blob.seal.cid, "{name}: the blob's CID");
+        assert_eq!(b.size as u64, blob.seal.size, "{name}: the blob's size");
+        let whole = String::from_utf8(open_blob(&blob.bytes, &blob.seal).unwrap()).unwrap();
+        assert!(
+            whole.len() > OUTPUT_KEPT,
+            "{name}: only long outputs go to blobs"
+        );
+        assert!(
+            part.output.len() <= OUTPUT_KEPT,
+            "{name}: the part keeps at most its limit"
+        );
+        let start = part.output.split("\n[").next().unwrap();
+        assert!(whole.starts_with(start), "{name}: the part keeps the start");
     }
 
     for (seq, e) in f.events.iter().enumerate() {

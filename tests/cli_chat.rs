@@ -636,3 +636,93 @@ fn a_failed_reply_exits_1_with_its_code() {
         "the failed reply is kept: {shown}"
     );
 }
+
+/// A tool output longer than a record keeps: the reply keeps its start and
+/// references a sealed blob in the data folder that holds it whole;
+/// `chat output` opens it, and a blob altered or lost is refused by name.
+#[test]
+fn a_long_tool_output_is_kept_whole_in_a_sealed_blob() {
+    let dir = device();
+    let d = dir.path();
+    let chat = ok(d, &["chat", "new", "--title", "logs"]);
+    let msg = ok(d, &["chat", "send", "--chat", &chat, "Read the api log"]);
+    let input = streams().join("tool_output_to_blob/input.jsonl");
+    ok(
+        d,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &msg,
+            "--events",
+            input.to_str().unwrap(),
+        ],
+    );
+    let whole = std::fs::read_to_string(&input)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "tool_result")
+        .unwrap()["output"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let reply = format!("{msg}.r0");
+    let thread = show(d, &chat);
+    let parts = message(&thread, &reply)["content"]["parts"].clone();
+    let result = parts
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["callId"] == "toolu_71" && p.get("output").is_some())
+        .unwrap();
+    assert!(result["output"].as_str().unwrap().len() <= 100_000);
+    let cid = result["outputBlob"]["ref"]["$link"].as_str().unwrap();
+
+    // The blob is in the folder, sealed: none of the output in the clear.
+    let blob = d.join("blobs").join(cid);
+    let sealed = std::fs::read(&blob).unwrap();
+    let marker = b"GET /items/3999 ";
+    assert!(whole.as_bytes().windows(marker.len()).any(|w| w == marker));
+    assert!(!sealed.windows(marker.len()).any(|w| w == marker));
+
+    let out = gel(
+        d,
+        &["chat", "output", "--reply", &reply, "--call", "toolu_71"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8(out.stdout).unwrap(), format!("{whole}\n"));
+    let shown: Value = serde_json::from_str(&ok(
+        d,
+        &[
+            "chat", "output", "--reply", &reply, "--call", "toolu_71", "--format", "json",
+        ],
+    ))
+    .unwrap();
+    assert_eq!(shown["fromBlob"], true);
+    assert_eq!(shown["output"], whole.as_str());
+
+    // One flipped byte: the bytes are no longer the ones the seal binds.
+    let mut altered = sealed.clone();
+    let at = altered.len() - 20;
+    altered[at] ^= 1;
+    std::fs::write(&blob, &altered).unwrap();
+    let err = refused(
+        d,
+        &["chat", "output", "--reply", &reply, "--call", "toolu_71"],
+    );
+    assert!(err.contains("blob CID mismatch"), "{err}");
+
+    std::fs::remove_file(&blob).unwrap();
+    let err = refused(
+        d,
+        &["chat", "output", "--reply", &reply, "--call", "toolu_71"],
+    );
+    assert!(err.contains("not in this data folder"), "{err}");
+    let err = refused(d, &["chat", "output", "--reply", &reply, "--call", "nope"]);
+    assert!(err.contains("no result for call"), "{err}");
+}

@@ -129,6 +129,7 @@ fn chat(rkey: &str, title: &str, prompt: &str) -> SealedWrite {
         content: serde_json::to_value(&fields).unwrap(),
         update: false,
         swap: None,
+        blobs: Vec::new(),
     }
 }
 
@@ -165,6 +166,7 @@ fn message(did: &str, chat: &str, rkey: &str, words: &str) -> SealedWrite {
         content: serde_json::to_value(&content).unwrap(),
         update: false,
         swap: None,
+        blobs: Vec::new(),
     }
 }
 

@@ -22,6 +22,7 @@ use serde_json::Value;
 
 use super::tasks::{self, Created, Discovery, TaskState};
 use crate::chat::ToolRun;
+use crate::chat::results::{OUTPUT_KEPT, OUTPUT_MAX, cut_with_note};
 use crate::lexicon::chat::gel::assistant::subscribe_reply::{Effects, Subject, ToolResultOutcome};
 use crate::provider::ToolSpec;
 
@@ -382,8 +383,8 @@ impl ToolHost {
     }
 
     /// Runs the call `name(args)`; every failure is a result. An output
-    /// over [`MAX_OUTPUT_KEPT`] bytes is cut there, with a note saying how
-    /// much was left out.
+    /// over [`OUTPUT_MAX`] bytes is cut there, with a note saying how much
+    /// was left out.
     pub async fn call(&self, name: &str, args: &Value) -> ToolRun {
         self.call_job(name, args, Duration::from_secs(300)).await.0
     }
@@ -504,7 +505,11 @@ impl ToolHost {
             Ok(Err(e)) => Err(format!("{}: {e}", job.server)),
             Ok(Ok(result)) => {
                 let (output, _) = render(&result.content, result.structured_content.as_ref());
-                Ok((cut_output(output), result.is_error.unwrap_or(false)))
+                // An observation keeps it in the record: no blob.
+                Ok((
+                    cut_to(output, OUTPUT_KEPT),
+                    result.is_error.unwrap_or(false),
+                ))
             }
         }
     }
@@ -588,23 +593,23 @@ impl ToolHost {
     }
 }
 
-/// The most of one tool output a reply keeps, in bytes. A reply is sealed
-/// as one record (ciphertext at most 1,000,000 bytes), so outputs are kept
-/// well below the part limit (500,000) to leave room for the rest. A full
-/// output kept as a sealed blob (`outputBlob`) is not built yet.
-pub const MAX_OUTPUT_KEPT: usize = 100_000;
-
+/// A tool's output as a call's result keeps it: whole up to
+/// [`OUTPUT_MAX`] (what is over [`OUTPUT_KEPT`] the reply keeps in a
+/// sealed blob), cut there with a note saying how much was left out.
 fn cut_output(output: String) -> String {
-    if output.len() <= MAX_OUTPUT_KEPT {
+    cut_to(output, OUTPUT_MAX)
+}
+
+/// `output` cut to `limit` bytes, with a note saying how much was left out.
+fn cut_to(output: String, limit: usize) -> String {
+    if output.len() <= limit {
         return output;
     }
-    let total = output.len();
-    let note = format!("\n[output cut: {total} bytes in all, the first {MAX_OUTPUT_KEPT} kept]");
-    let mut end = MAX_OUTPUT_KEPT - note.len();
-    while !output.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}{note}", &output[..end])
+    let note = format!(
+        "\n[output cut: {} bytes in all, the first {limit} kept]",
+        output.len()
+    );
+    cut_with_note(&output, limit, &note)
 }
 
 /// A call that ran, as its result says.
@@ -726,14 +731,16 @@ mod tests {
 
     #[test]
     fn long_output_is_cut_on_a_char_boundary_with_a_note() {
-        let long = "é".repeat(MAX_OUTPUT_KEPT);
-        let cut = cut_output(long.clone());
-        assert!(cut.len() <= MAX_OUTPUT_KEPT);
+        let long = "é".repeat(OUTPUT_KEPT);
+        let cut = cut_to(long.clone(), OUTPUT_KEPT);
+        assert!(cut.len() <= OUTPUT_KEPT);
         assert!(cut.ends_with(&format!(
-            "[output cut: {} bytes in all, the first {MAX_OUTPUT_KEPT} kept]",
+            "[output cut: {} bytes in all, the first {OUTPUT_KEPT} kept]",
             long.len()
         )));
         assert_eq!(cut_output("short".into()), "short");
+        // A call's output is cut only past what a blob holds.
+        assert_eq!(cut_output(long.clone()), long);
     }
 
     #[test]

@@ -24,11 +24,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use thiserror::Error;
 
-use super::assemble::{FinishedCall, limits};
+use super::assemble::FinishedCall;
 use super::input::ToolRun;
 use super::keys::{MessageKey, ReplyKey};
 use super::record::ChatRecord;
-use super::results::result_part;
+use super::results::{OutputTooLarge, keep_result};
 use crate::lexicon::chat::gel::assistant::answer_approval::AnswerApprovalError;
 use crate::lexicon::chat::gel::assistant::defs::{
     PlainContent, PlainContentPartsItem, ToolApprovalPart, ToolApprovalPartDecision, ToolCallPart,
@@ -39,6 +39,7 @@ use crate::lexicon::chat::gel::assistant::subscribe_reply::{
     Confirmation, Effects, ErrorCode, ToolResultDecision, ToolResultOutcome,
 };
 use crate::lexicon::support::Validate;
+use crate::seal::{BlobKey, SealedBlob};
 
 // ---------------------------------------------------------------------------
 // Policy
@@ -463,41 +464,31 @@ impl Resolution {
     }
 }
 
-/// Why settled calls cannot be repeated in a reply.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("call {call_id:?}: tool output is {size} bytes, over the limit of {limit}")]
-pub struct OutputTooLarge {
-    pub call_id: String,
-    pub size: usize,
-    pub limit: usize,
-}
-
 /// The start of the reply to an answer: each call again, marked
 /// `approved`/`denied`, followed by its result (a denied call's is an
-/// error), in the waiting reply's order.
-pub fn repeat_parts(settled: &[Settled]) -> Result<Vec<PlainContentPartsItem>, OutputTooLarge> {
+/// error), in the waiting reply's order; and the sealed blobs of outputs
+/// too long for the record, each under `blob_key(call id, blobs so far)`.
+pub fn repeat_parts(
+    settled: &[Settled],
+    mut blob_key: impl FnMut(&str, usize) -> BlobKey,
+) -> Result<(Vec<PlainContentPartsItem>, Vec<SealedBlob>), OutputTooLarge> {
     let mut parts = Vec::with_capacity(settled.len() * 2);
+    let mut blobs = Vec::new();
     for s in settled {
-        if s.run.output.len() > limits::TOOL_OUTPUT {
-            return Err(OutputTooLarge {
-                call_id: s.call.call_id.clone(),
-                size: s.run.output.len(),
-                limit: limits::TOOL_OUTPUT,
-            });
-        }
+        let id = &s.call.call_id;
+        let kept = keep_result(id, s.call.label.clone(), &s.run, || {
+            blob_key(id, blobs.len())
+        })?;
         let mut call = s.call.clone();
         call.approval = Some(s.decision.approval());
         // Decided: no longer a pending action.
         call.pending_id = None;
         call.confirmation = None;
         parts.push(PlainContentPartsItem::ToolCallPart(call));
-        parts.push(PlainContentPartsItem::ToolResultPart(result_part(
-            &s.call.call_id,
-            s.call.label.clone(),
-            &s.run,
-        )));
+        parts.push(PlainContentPartsItem::ToolResultPart(kept.part));
+        blobs.extend(kept.blob);
     }
-    Ok(parts)
+    Ok((parts, blobs))
 }
 
 #[cfg(test)]
@@ -581,7 +572,7 @@ mod tests {
             elapsed_ms: Some(5),
             ..ToolRun::new(ToolResultOutcome::Succeeded, "ok")
         });
-        let parts = repeat_parts(&settled).unwrap();
+        let (parts, _) = repeat_parts(&settled, |_, _| BlobKey::from_bytes([0; 32])).unwrap();
         assert_eq!(parts.len(), 4);
         let PlainContentPartsItem::ToolResultPart(denied) = &parts[3] else {
             panic!()

@@ -89,6 +89,9 @@ pub enum AssistantEvent {
         elapsed_ms: Option<u64>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         decision: Option<ToolResultDecision>,
+        /// The whole output, sealed, when `body` is only its start.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output_blob: Option<Box<support::BlobRef>>,
     },
     /// What became of the work an `accepted` call queued.
     Observation {
@@ -203,6 +206,7 @@ impl AssistantEvent {
                 subject,
                 elapsed_ms,
                 decision,
+                output_blob,
             } => {
                 let (body, body_json) = as_data_or_json(body);
                 SubscribeReplyMessage::ToolResult(sub::ToolResult {
@@ -219,6 +223,7 @@ impl AssistantEvent {
                     job_id,
                     effects,
                     subject,
+                    output_blob: output_blob.map(|b| *b),
                     history: None,
                     render: None,
                     automatic: None,
@@ -362,6 +367,7 @@ impl AssistantEvent {
                     subject: f.subject,
                     elapsed_ms: f.elapsed_ms.and_then(|ms| u64::try_from(ms).ok()),
                     decision: f.decision,
+                    output_blob: f.output_blob.map(Box::new),
                 },
             ),
             SubscribeReplyMessage::Observation(f) => (
@@ -475,6 +481,7 @@ mod tests {
             subject: None,
             elapsed_ms: Some(4),
             decision: Some(ToolResultDecision::Declined),
+            output_blob: None,
         };
         assert_eq!(
             serde_json::to_value(&e).unwrap(),

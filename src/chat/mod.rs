@@ -14,6 +14,7 @@
 //! | [`approval_index`] | the data folder's index of replies waiting for an answer (a cache rebuilt from records) |
 //! | [`record`] | `ChatRecord` (a message record with opened content) and record constructors |
 //! | [`thread`] | the thread tree readers show |
+//! | [`tool_output`] | a call's whole output read back, from its sealed blob when the record could not hold it |
 
 pub mod approval;
 pub mod approval_index;
@@ -30,6 +31,7 @@ pub mod run;
 pub mod settings;
 pub mod store;
 pub mod thread;
+pub mod tool_output;
 
 pub use approval::{ApprovalError, ApprovalPolicy, AskFor, AskIf, NoApproval};
 pub use assemble::{Assembler, StreamError};

@@ -37,7 +37,8 @@ use super::events::AssistantEvent;
 use super::input::{AssistantMessageEvent, Observed, StreamLine, ToolRun};
 use super::keys::ReplyKey;
 use super::results::{
-    CallFacts, MAX_OBSERVATIONS, observation_event, result_event, result_part, stored_observation,
+    CallFacts, MAX_OBSERVATIONS, OutputTooLarge, keep_result, observation_event, result_event,
+    stored_observation,
 };
 use crate::lexicon::chat::gel::assistant::defs::ReplyError as StoredError;
 use crate::lexicon::chat::gel::assistant::defs::{
@@ -48,6 +49,28 @@ use crate::lexicon::chat::gel::assistant::subscribe_reply::{
     Confirmation, DoneReason, Effects, ErrorCode, ToolResultOutcome,
 };
 use crate::lexicon::support::Validate;
+use crate::seal::{BlobKey, SealedBlob};
+
+fn random<const N: usize>() -> [u8; N] {
+    let mut seed = [0u8; N];
+    rand_core::Rng::fill_bytes(&mut crate::seal::os_rng(), &mut seed);
+    seed
+}
+
+/// The key of a run's `index`th output blob, for call `call_id`:
+/// SHA-256(seed ‖ reply key ‖ 0 ‖ call id ‖ 0 ‖ u64be(index)), so no two
+/// blobs of a run share a key.
+fn blob_key(seed: &[u8; 32], reply: &str, call_id: &str, index: usize) -> BlobKey {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(seed);
+    h.update(reply.as_bytes());
+    h.update([0]);
+    h.update(call_id.as_bytes());
+    h.update([0]);
+    h.update((index as u64).to_be_bytes());
+    BlobKey::from_bytes(h.finalize().into())
+}
 
 /// Longest `error.message` of the stream (`subscribeReply#error`), bytes.
 const MAX_ERROR_MESSAGE: usize = 10_000;
@@ -143,6 +166,19 @@ pub struct FinishedReply {
     pub waiting: Vec<String>,
     /// Tool calls that never ended (kept without arguments, never run).
     pub cut_calls: Vec<CutCall>,
+    /// The sealed blobs `content` references (tool outputs too long for the
+    /// record): stored before the record, their keys sealed in it.
+    pub blobs: Vec<SealedBlob>,
+}
+
+impl From<OutputTooLarge> for ReplyError {
+    fn from(e: OutputTooLarge) -> ReplyError {
+        ReplyError::OutputTooLarge {
+            call_id: e.call_id,
+            size: e.size,
+            limit: e.limit,
+        }
+    }
 }
 
 impl FinishedReply {
@@ -226,6 +262,10 @@ pub struct Reply {
     /// Random per run: what pending-action ids are derived from, so they
     /// cannot be guessed from the reply key and the provider's call id.
     action_seed: [u8; 16],
+    /// Random per run: what the keys of tool-output blobs are derived from.
+    blob_seed: [u8; 32],
+    /// The sealed blobs of outputs too long for the record, in order.
+    blobs: Vec<SealedBlob>,
 }
 
 impl std::fmt::Debug for Reply {
@@ -255,12 +295,17 @@ impl Reply {
             error: None,
             cut_calls: Vec::new(),
             last_id: None,
-            action_seed: {
-                let mut seed = [0u8; 16];
-                rand_core::Rng::fill_bytes(&mut crate::seal::os_rng(), &mut seed);
-                seed
-            },
+            action_seed: random(),
+            blob_seed: random(),
+            blobs: Vec::new(),
         }
+    }
+
+    /// The same run with a fixed seed for the keys of its tool-output
+    /// blobs, so a recorded run (a fixture) seals the same bytes every time.
+    pub fn with_blob_seed(mut self, seed: [u8; 32]) -> Reply {
+        self.blob_seed = seed;
+        self
     }
 
     /// The same run with a fixed seed for its pending-action ids, so a
@@ -299,11 +344,10 @@ impl Reply {
         for s in settled {
             known_outcome(&s.run.outcome)?;
         }
-        let parts = repeat_parts(settled).map_err(|e| ReplyError::OutputTooLarge {
-            call_id: e.call_id,
-            size: e.size,
-            limit: e.limit,
-        })?;
+        let (seed, key_text) = (reply.blob_seed, reply.key_text.clone());
+        let (parts, blobs) =
+            repeat_parts(settled, |call_id, n| blob_key(&seed, &key_text, call_id, n))?;
+        reply.blobs = blobs;
         if parts.len() > limits::PARTS {
             return Err(ReplyError::TooManyParts {
                 limit: limits::PARTS,
@@ -668,36 +712,32 @@ impl Reply {
         if self.turn.is_some() {
             return Err(ReplyError::TurnOpen);
         }
-        let Some(call) = self
+        let Some(at) = self
             .calls
-            .iter_mut()
-            .rev()
-            .find(|c| c.call_id == call_id && !c.has_result)
+            .iter()
+            .rposition(|c| c.call_id == call_id && !c.has_result)
         else {
             return Err(ReplyError::UnknownCall {
                 call_id: call_id.chars().take(256).collect(),
             });
         };
-        if call.gate.is_some() {
+        if self.calls[at].gate.is_some() {
             return Err(ReplyError::AwaitingApproval {
                 call_id: call_id.to_string(),
             });
         }
         known_outcome(&run.outcome)?;
-        if run.output.len() > limits::TOOL_OUTPUT {
-            return Err(ReplyError::OutputTooLarge {
-                call_id: call_id.to_string(),
-                size: run.output.len(),
-                limit: limits::TOOL_OUTPUT,
-            });
-        }
         if self.content.len() >= limits::PARTS {
             return Err(ReplyError::TooManyParts {
                 limit: limits::PARTS,
             });
         }
+        let key = || blob_key(&self.blob_seed, &self.key_text, call_id, self.blobs.len());
+        let kept = keep_result(call_id, self.calls[at].label.clone(), &run, key)?;
+        self.blobs.extend(kept.blob);
+        let call = &mut self.calls[at];
         call.has_result = true;
-        let part = result_part(&call.call_id, call.label.clone(), &run);
+        let part = kept.part;
         let event = result_event(
             &part,
             CallFacts {
@@ -903,6 +943,7 @@ impl Reply {
                 error: self.error,
                 waiting,
                 cut_calls: self.cut_calls,
+                blobs: self.blobs,
             },
             events,
         }

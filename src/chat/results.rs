@@ -15,9 +15,93 @@ use crate::lexicon::chat::gel::assistant::subscribe_reply::{
     Effects, ObservationReason, ObservationState, ToolResultDecision, ToolResultOutcome,
 };
 use crate::lexicon::support::StringEnum;
+use crate::lexicon::support::{Blob, BlobRef, CidLink};
+use crate::seal::{BlobKey, SealedBlob, seal_blob_with_key};
 
 /// The most observations one result keeps (the lexicon's limit).
 pub const MAX_OBSERVATIONS: usize = 64;
+
+/// The most of a tool's output a result part keeps as text. A reply is
+/// sealed as one record (ciphertext at most 1,000,000 bytes), so a longer
+/// output is kept whole in a sealed blob (`outputBlob`) and `output` holds
+/// its start.
+pub const OUTPUT_KEPT: usize = 100_000;
+
+/// The longest tool output kept at all: sealed (padded, a tag per 64 KiB
+/// chunk) it stays within `outputBlob`'s `maxSize` of 50,000,000 bytes.
+pub const OUTPUT_MAX: usize = 49_000_000;
+
+/// A tool output over [`OUTPUT_MAX`] bytes, which no result can keep.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("call {call_id:?}: tool output is {size} bytes, over the limit of {limit}")]
+pub struct OutputTooLarge {
+    pub call_id: String,
+    pub size: usize,
+    pub limit: usize,
+}
+
+/// A result part and, for an output over [`OUTPUT_KEPT`] bytes, the sealed
+/// blob that holds the whole output (to store beside the record, and whose
+/// key the record's seal keeps).
+#[derive(Debug, Clone)]
+pub struct KeptResult {
+    pub part: ToolResultPart,
+    pub blob: Option<SealedBlob>,
+}
+
+/// [`result_part`], with an output over [`OUTPUT_KEPT`] bytes sealed under
+/// `blob_key()` into a blob the part references, and its start as `output`.
+pub fn keep_result(
+    call_id: &str,
+    label: Option<String>,
+    run: &ToolRun,
+    blob_key: impl FnOnce() -> BlobKey,
+) -> Result<KeptResult, OutputTooLarge> {
+    let too_large = || OutputTooLarge {
+        call_id: call_id.chars().take(256).collect(),
+        size: run.output.len(),
+        limit: OUTPUT_MAX,
+    };
+    if run.output.len() <= OUTPUT_KEPT {
+        return Ok(KeptResult {
+            part: result_part(call_id, label, run),
+            blob: None,
+        });
+    }
+    if run.output.len() > OUTPUT_MAX {
+        return Err(too_large());
+    }
+    let blob = seal_blob_with_key(run.output.as_bytes(), blob_key()).map_err(|_| too_large())?;
+    let mut part = result_part(call_id, label, run);
+    let note = format!(
+        "\n[{} bytes in all; the whole output is in outputBlob]",
+        run.output.len()
+    );
+    part.output = cut_with_note(&run.output, OUTPUT_KEPT, &note);
+    let binding = blob.seal.binding();
+    part.output_blob = Some(BlobRef::Typed(Blob {
+        r#ref: CidLink(binding.cid),
+        mime_type: binding.mime_type,
+        size: i64::try_from(binding.size).unwrap_or(i64::MAX),
+    }));
+    Ok(KeptResult {
+        part,
+        blob: Some(blob),
+    })
+}
+
+/// The start of `text` and then `note`, at most `limit` bytes in all (cut
+/// on a character boundary); `text` itself when it fits.
+pub fn cut_with_note(text: &str, limit: usize, note: &str) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    let mut end = limit.saturating_sub(note.len());
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{note}", &text[..end])
+}
 
 /// The part that records `run` for call `call_id`.
 pub fn result_part(call_id: &str, label: Option<String>, run: &ToolRun) -> ToolResultPart {
@@ -84,14 +168,16 @@ pub fn result_event(part: &ToolResultPart, call: CallFacts<'_>) -> AssistantEven
         subject: part.subject.clone(),
         elapsed_ms: part.elapsed_ms.and_then(|ms| u64::try_from(ms).ok()),
         decision,
+        output_blob: part.output_blob.clone().map(Box::new),
     }
 }
 
 /// The output as the event's `body`: the JSON value for structured output
 /// (text when it does not parse, as an older writer may have left it),
-/// else the text.
+/// else the text. With a blob, `output` is a summary: text.
 fn body(part: &ToolResultPart) -> serde_json::Value {
     if part.output_format == Some(ToolResultPartOutputFormat::Json)
+        && part.output_blob.is_none()
         && let Ok(v) = serde_json::from_str(&part.output)
     {
         return v;

@@ -113,6 +113,7 @@ impl ChatStore {
                 .map_err(|e| invalid("sealed settings", e.to_string()))?,
             update: previous.is_some(),
             swap: previous,
+            blobs: Vec::new(),
         };
         self.device_mut().apply_sealed(&[write], &mut os_rng())?;
         self.device()

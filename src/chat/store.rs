@@ -45,8 +45,10 @@ use crate::lexicon::chat::gel::assistant::message::{Message, MessageRole, Messag
 use crate::lexicon::support::{AtUri, Datetime};
 use crate::model::Cid;
 use crate::model::now_datetime;
+use crate::repo::blobs::BlobStore;
 use crate::repo::repository::RepoError;
 use crate::repo::tid::{Tid, TidClock};
+use crate::seal::SEALED_BLOB_MIME;
 use crate::seal::{SealError, os_rng};
 
 /// The chat collection.
@@ -112,6 +114,17 @@ pub enum ChatStoreError {
         "reply {key} was finished before and is pending again (an old version put back); not generated again"
     )]
     ReplayedReply { key: String },
+    /// A blob of this folder could not be written or read.
+    #[error("blob {cid}: {source}")]
+    Blob { cid: String, source: std::io::Error },
+    /// A record names a blob this folder does not hold.
+    #[error(
+        "blob {cid} is not in this data folder (`gelstore sync` fetches the blobs of the records it pulls)"
+    )]
+    BlobMissing { cid: String },
+    /// A reply has no result for the call asked for.
+    #[error("reply {reply} has no result for call {call_id:?}")]
+    NoToolResult { reply: String, call_id: String },
 }
 
 type Result<T, E = ChatStoreError> = std::result::Result<T, E>;
@@ -300,6 +313,11 @@ impl ChatStore {
         &mut self.device
     }
 
+    /// The data folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
     /// The device.
     pub fn device(&self) -> &Device {
         &self.device
@@ -352,6 +370,7 @@ impl ChatStore {
             content: to_json("chat fields", &fields)?,
             update: false,
             swap: None,
+            blobs: Vec::new(),
         })?;
         Ok(rkey)
     }
@@ -490,6 +509,7 @@ impl ChatStore {
             content: to_json("message content", &content)?,
             update: false,
             swap: None,
+            blobs: Vec::new(),
         }];
         // Asked for, the pending reply lands in the same commit.
         if ask {
@@ -547,8 +567,9 @@ impl ChatStore {
         })
     }
 
-    /// Writes the finished reply: its clear fields into the pending record,
-    /// its content sealed, swapped on the pending version's CID. A second
+    /// Writes the finished reply: its blobs stored first (so no record
+    /// names a blob the folder lacks), its clear fields into the pending
+    /// record, its content sealed, swapped on the pending version's CID. A second
     /// finish (of this or any run of the key) is
     /// [`ChatStoreError::ReplyAlreadyFinished`]. Returns the new CID.
     pub fn finish_reply(
@@ -564,6 +585,15 @@ impl ChatStore {
             ));
         }
         let key = pending.key.to_string();
+        let blobs = BlobStore::new(&self.dir);
+        for blob in &finished.blobs {
+            blobs
+                .put(&blob.bytes, SEALED_BLOB_MIME)
+                .map_err(|source| ChatStoreError::Blob {
+                    cid: blob.seal.cid.to_string(),
+                    source,
+                })?;
+        }
         let mut record = pending.record.clone();
         finished.fill(&mut record);
         // The content takes the authenticator's place.
@@ -578,6 +608,7 @@ impl ChatStore {
                     content: to_json("reply content", &finished.content)?,
                     update: true,
                     swap: Some(pending.cid),
+                    blobs: finished.blobs.iter().map(|b| b.seal.clone()).collect(),
                 }],
                 &mut os_rng(),
             )
@@ -1058,6 +1089,7 @@ fn pending_write(key: &ReplyKey, chat: &str, record: &Message) -> Result<SealedW
         content: Value::Object(Default::default()),
         update: false,
         swap: None,
+        blobs: Vec::new(),
     })
 }
 

@@ -44,6 +44,9 @@ pub enum ChatCommand {
     Ask(AskArgs),
     /// Show a chat's thread.
     Show(ShowArgs),
+    /// Print a tool call's whole output from a reply, opening the sealed
+    /// blob it was kept in when the record could not hold it all.
+    Output(OutputArgs),
     /// List the replies waiting for an approval, across all chats.
     Approvals(FormatArg),
     /// Answer a waiting reply: allow or deny its tool calls (a call not
@@ -147,6 +150,19 @@ pub struct ShowArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct OutputArgs {
+    /// The reply.
+    #[arg(long, value_name = "REPLYKEY")]
+    pub reply: String,
+    /// The tool call.
+    #[arg(long = "call", value_name = "CALLID")]
+    pub call_id: String,
+    /// human: the output as it is; json: `{"output", "json", "fromBlob"}`.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
 pub struct ApproveArgs {
     /// The waiting reply.
     #[arg(long, value_name = "REPLYKEY")]
@@ -168,7 +184,7 @@ impl From<ChatStoreError> for Failure {
     fn from(e: ChatStoreError) -> Self {
         let outcome = match &e {
             ChatStoreError::Device(d) if is_environment(d) => Outcome::Failed,
-            ChatStoreError::Index { .. } => Outcome::Failed,
+            ChatStoreError::Index { .. } | ChatStoreError::Blob { .. } => Outcome::Failed,
             _ => Outcome::Findings,
         };
         Failure {
@@ -188,6 +204,7 @@ pub fn run(data: &Path, cmd: ChatCommand) -> Outcome {
         ChatCommand::Reply(a) => reply(data, a),
         ChatCommand::Ask(a) => ask(data, a),
         ChatCommand::Show(a) => show(data, a),
+        ChatCommand::Output(a) => output(data, a),
         ChatCommand::Approvals(a) => approvals(data, a.format),
         ChatCommand::Approve(a) => approve(data, a),
     };
@@ -350,6 +367,20 @@ fn reply(data: &Path, args: ReplyArgs) -> Result<()> {
             "reply {} failed: {why}",
             pending.key
         )));
+    }
+    Ok(())
+}
+
+fn output(data: &Path, args: OutputArgs) -> Result<()> {
+    let store = ChatStore::open_without_index(data)?;
+    let out = store.tool_output(&args.reply, &args.call_id)?;
+    match args.format {
+        Format::Human => say(&out.text),
+        Format::Json => say(json!({
+            "output": out.text,
+            "json": out.json,
+            "fromBlob": out.from_blob,
+        })),
     }
     Ok(())
 }
@@ -562,14 +593,22 @@ fn render(c: &PlainContent) -> Vec<String> {
                     .unwrap_or_default()
             ),
             PlainContentPartsItem::ToolResultPart(r) => format!(
-                "tool result {}{}: {}",
+                "tool result {}{}: {}{}",
                 r.call_id,
                 if r.is_error == Some(true) {
                     " (error)"
                 } else {
                     ""
                 },
-                r.output
+                r.output,
+                if r.output_blob.is_some() {
+                    format!(
+                        " (the whole output: gelstore chat output --call {})",
+                        r.call_id
+                    )
+                } else {
+                    String::new()
+                }
             ),
             PlainContentPartsItem::ToolApprovalPart(a) => format!(
                 "{} {}{}",

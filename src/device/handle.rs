@@ -73,6 +73,9 @@ pub struct SealedWrite {
     /// With `update`: the CID the record must have now (compare-and-swap);
     /// `None` replaces whatever is there.
     pub swap: Option<crate::model::Cid>,
+    /// The sealed blobs `content` references (already stored): their keys
+    /// are sealed with it, their CIDs and sizes bound in the clear.
+    pub blobs: Vec<crate::seal::BlobSeal>,
 }
 
 /// A device record and what the keyring says of it.
@@ -326,7 +329,7 @@ impl Device {
                 &record,
                 &place,
                 &content,
-                &[],
+                &item.blobs,
                 &key,
                 &SealOptions::default(),
                 rng,

@@ -185,6 +185,16 @@ impl BlobStore {
         Ok(())
     }
 
+    /// Stores `bytes` whole (staged, then placed) as a blob not yet
+    /// referenced; returns its CID. For a writer that holds the folder
+    /// alone (a command, or the server's own assistant).
+    pub fn put(&self, bytes: &[u8], mime: &str) -> std::io::Result<Cid> {
+        let staged = self.stage(bytes)?;
+        let cid = staged.cid;
+        self.place(staged, mime, false)?;
+        Ok(cid)
+    }
+
     /// Size and MIME type of the blob with `cid`, if stored.
     pub fn meta(&self, cid: &Cid) -> std::io::Result<Option<BlobMeta>> {
         let path = self.path(cid);

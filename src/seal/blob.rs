@@ -68,7 +68,7 @@ impl BlobSeal {
 }
 
 /// A freshly sealed blob: the bytes to upload and what the record keeps.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SealedBlob {
     /// The encrypted bytes, to store or upload as the blob.
     pub bytes: Vec<u8>,

@@ -43,8 +43,10 @@ pub use self::aad::{
     AUTHENTICATOR_FIELD, AadContext, BlobBinding, Place, clear_fields_hash, record_aad,
     sealed_field, sealed_fields,
 };
-pub use self::blob::{BlobReader, BlobSeal, SealedBlob, open_blob, seal_blob, seal_blob_with};
-pub use self::envelope::{Envelope, SEAL_ALG_V1};
+pub use self::blob::{
+    BlobReader, BlobSeal, SealedBlob, open_blob, seal_blob, seal_blob_with, seal_blob_with_key,
+};
+pub use self::envelope::{Envelope, SEAL_ALG_V1, SEALED_BLOB_MIME};
 pub use self::error::{Result, SealError};
 pub use self::frame::Padding;
 pub use self::keyring::{

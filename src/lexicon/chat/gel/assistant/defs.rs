@@ -865,11 +865,11 @@ pub struct ToolResultPart {
     pub observations: Option<Vec<ToolObservation>>,
     /// Tool output as text or JSON-encoded data.
     pub output: String,
-    /// 'json' when output is the tool's structured result as JSON text; 'text' (the default) otherwise.
+    /// 'json' when the output is the tool's structured result as JSON text; 'text' (the default) otherwise. With outputBlob it describes the whole output in the blob (output is then a text summary).
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_format: Option<ToolResultPartOutputFormat>,
-    /// Used when the output is too long for the output record. Output will contain a summary in that case.
+    /// Used when the output is too long for the output record. Output will contain a summary in that case. A sealed blob: the record's seal holds its key.
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output_blob: Option<support::BlobRef>,
@@ -988,7 +988,7 @@ impl<'de> serde::Deserialize<'de> for ToolResultPartOutcome {
     }
 }
 
-/// 'json' when output is the tool's structured result as JSON text; 'text' (the default) otherwise.
+/// 'json' when the output is the tool's structured result as JSON text; 'text' (the default) otherwise. With outputBlob it describes the whole output in the blob (output is then a text summary).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ToolResultPartOutputFormat {
     /// `text`

@@ -386,6 +386,10 @@ pub struct ToolResult {
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
     pub render: Option<support::Data>,
+    /// When the output is longer than the reply's record keeps: the whole output, as the record's sealed blob (the record's seal holds its key). body is then the output's start, as text.
+    #[serde(default, deserialize_with = "support::some")]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_blob: Option<support::BlobRef>,
     /// Seed 000's flag for an action the loop scheduled itself (a map check in Dezfil). gelstore never schedules one and never sends it.
     #[serde(default, deserialize_with = "support::some")]
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -446,6 +450,11 @@ impl support::Validate for ToolResult {
         if let Some(v) = &self.render {
             let p = path.key("render");
             support::unknown(v, crate::lexicon::validate_by_type, &p, errors);
+        }
+        if let Some(v) = &self.output_blob {
+            let p = path.key("outputBlob");
+            support::max_size(v, 50000000, &p, errors);
+            support::accept(v, &["*/*"], &p, errors);
         }
         support::extra(&self.extra, path, errors);
     }
