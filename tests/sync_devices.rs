@@ -16,6 +16,7 @@ mod common_serve;
 
 use std::path::{Path, PathBuf};
 
+use gelstore::repo::blobs::BlobStore;
 use gelstore::repo::repository::Repository;
 use serde_json::{Value, json};
 
@@ -132,6 +133,7 @@ fn counts(v: &Value) -> (u64, u64, u64) {
 }
 
 on_both_peers!(
+    a_long_tool_output_travels_to_the_other_device_as_a_sealed_blob,
     second_device_pairs_through_the_pds_and_answers_an_approval,
     a_pulled_record_that_fails_validation_is_refused_and_nothing_changes,
     a_record_changed_on_both_devices_keeps_the_pds_version_and_saves_the_local_one,
@@ -248,7 +250,7 @@ fn second_device_pairs_through_the_pds_and_answers_an_approval(pds: Peer) {
     );
     assert_eq!(
         b_pull["merged"],
-        json!({"created": a_wraps["push"]["created"], "updated": 0, "deleted": 0, "conflicts": 0}),
+        json!({"created": a_wraps["push"]["created"], "updated": 0, "deleted": 0, "conflicts": 0, "blobs": 0}),
         "{b_pull}"
     );
     // The records are sealed for the account's DID (A re-sealed them
@@ -331,6 +333,71 @@ fn second_device_pairs_through_the_pds_and_answers_an_approval(pds: Peer) {
         !contains(&repo_car(&pds), MARKER),
         "plaintext reached the PDS"
     );
+}
+
+/// A reply whose tool output went to a sealed blob: the push uploads the
+/// blob before the record (the PDS keeps it, ciphertext only), the other
+/// device's pull downloads it, and that device reads the whole output.
+fn a_long_tool_output_travels_to_the_other_device_as_a_sealed_blob(pds: Peer) {
+    let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b) = (dirs.0.path(), dirs.1.path());
+    ok(a, &["device", "init", "--name", "A"]);
+    let chat = ok(a, &["chat", "new", "--title", "logs"]);
+    let msg = ok(a, &["chat", "send", "--chat", &chat, "Read the api log"]);
+    let input = streams().join("tool_output_to_blob/input.jsonl");
+    ok(
+        a,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &msg,
+            "--events",
+            input.to_str().unwrap(),
+        ],
+    );
+    let reply = format!("{msg}.r0");
+    let output = ["chat", "output", "--reply", &reply, "--call", "toolu_71"];
+    let whole = ok(a, &output);
+    assert!(whole.len() > 100_000);
+
+    let first = sync(a, &pds);
+    assert_eq!(first["push"]["blobs"], 1, "{first}");
+    // The record on the PDS names the blob in the clear (so the PDS keeps
+    // it); the PDS serves exactly the sealed bytes, which show nothing.
+    let listed = list_records(&pds, "chat.gel.assistant.message");
+    let record = listed
+        .iter()
+        .find(|m| m["uri"].as_str().unwrap().ends_with(&format!("/{reply}")))
+        .unwrap();
+    let cid = record["value"]["content"]["blobs"][0]["ref"]["$link"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no blob in {record}"))
+        .to_owned();
+    let served = get(&format!(
+        "{}/xrpc/com.atproto.sync.getBlob?did={}&cid={cid}",
+        pds.service,
+        pds.did_param()
+    ));
+    assert_eq!(served, std::fs::read(a.join("blobs").join(&cid)).unwrap());
+    assert!(!contains(&served, "GET /items/3999 "));
+    assert!(whole.contains("GET /items/3999 "));
+    // Nothing new: the next sync uploads nothing.
+    assert_eq!(sync(a, &pds)["push"]["blobs"], 0);
+
+    // B pairs through the PDS; its first pull fetches the blob with the
+    // reply, and once admitted it reads the whole output.
+    let paired = json_of(&ok(b, &["device", "pair", "--publish", "--format", "json"]));
+    let code = paired["code"].as_str().unwrap().to_owned();
+    let b_first = sync(b, &pds);
+    assert_eq!(b_first["merged"]["blobs"], 1, "{b_first}");
+    assert!(b.join("blobs").join(&cid).exists());
+    sync(a, &pds);
+    ok(a, &["device", "approve", &code]);
+    sync(a, &pds);
+    sync(b, &pds);
+    ok(b, &["device", "join"]);
+    assert_eq!(ok(b, &output), whole);
 }
 
 fn a_pulled_record_that_fails_validation_is_refused_and_nothing_changes(pds: Peer) {
@@ -528,7 +595,15 @@ fn a_push_on_a_moved_head_is_refused_whole_then_pulled_and_retried(pds: Peer) {
     let repo = Repository::open(a).unwrap();
     let mut state = SyncState::load(a, &repo).unwrap();
     let mut report = PushReport::default();
-    let e = sync::push(&session, &key, &repo, &mut state, &mut report).unwrap_err();
+    let e = sync::push(
+        &session,
+        &key,
+        &repo,
+        &BlobStore::new(a),
+        &mut state,
+        &mut report,
+    )
+    .unwrap_err();
     assert!(matches!(e, SyncError::RemoteMoved), "{e}");
     assert_eq!(report.created, 0);
     assert_eq!(list_records(&pds, CHAT).len(), 1);
@@ -638,7 +713,15 @@ fn a_push_without_a_mirrored_head_over_records_already_there_is_redone_one_by_on
     let session = Session::login(&pds.service, &pds.handle, &pds.password).unwrap();
     let key = sync::signing_key(&session, pds.plc_arg()).unwrap();
     let mut report = PushReport::default();
-    sync::push(&session, &key, &repo, &mut state, &mut report).unwrap();
+    sync::push(
+        &session,
+        &key,
+        &repo,
+        &BlobStore::new(d),
+        &mut state,
+        &mut report,
+    )
+    .unwrap();
     assert_eq!((report.created, report.retried), (2, 2), "{report:?}");
     assert_eq!(state.pushed.len(), 2);
     // No-ops: the peer made no commit.
@@ -662,7 +745,15 @@ fn a_push_without_a_mirrored_head_over_records_already_there_is_redone_one_by_on
     state.pushed.clear();
     let repo = Repository::open(d).unwrap();
     let mut report = PushReport::default();
-    let e = sync::push(&session, &key, &repo, &mut state, &mut report).unwrap_err();
+    let e = sync::push(
+        &session,
+        &key,
+        &repo,
+        &BlobStore::new(d),
+        &mut state,
+        &mut report,
+    )
+    .unwrap_err();
     assert!(
         matches!(&e, SyncError::Xrpc { error, .. } if error == "InvalidSwap"),
         "{e}"

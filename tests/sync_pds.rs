@@ -326,7 +326,7 @@ fn device_chat_sync_verify_and_resync(pds: Peer) {
     assert_eq!(retry["push"]["unchanged"], ours as u64, "{retry}");
     assert_eq!(
         retry["merged"],
-        serde_json::json!({"created": 0, "updated": 0, "deleted": 0, "conflicts": 0})
+        serde_json::json!({"created": 0, "updated": 0, "deleted": 0, "conflicts": 0, "blobs": 0})
     );
     assert_eq!(retry["pull"]["rev"], rev.to_string());
     assert_eq!(retry["pull"]["data_matches"], true);

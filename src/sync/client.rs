@@ -449,23 +449,37 @@ impl Session {
     /// POSTs `body` to XRPC `method` with the access token (through
     /// [`Auth::send`], like every other call); returns the answer's `cid`.
     fn post_json(&self, method: &'static str, body: &Value) -> Result<String, SyncError> {
-        let bad_request = |e: String| SyncError::Xrpc {
-            method,
-            status: 0,
-            error: "BadRequest".into(),
-            message: e,
-        };
-        let bytes = serde_json::to_vec(body).map_err(|e| bad_request(e.to_string()))?;
+        let bytes = serde_json::to_vec(body).map_err(|e| bad_request(method, e.to_string()))?;
+        let json = self.post(method, "application/json", bytes)?;
+        json["cid"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| SyncError::Xrpc {
+                method,
+                status: 200,
+                error: "BadResponse".into(),
+                message: format!("no cid in {json}"),
+            })
+    }
+
+    /// POSTs `bytes` as `content_type` to XRPC `method` with the access
+    /// token; returns the answer as JSON.
+    fn post(
+        &self,
+        method: &'static str,
+        content_type: &str,
+        bytes: Vec<u8>,
+    ) -> Result<Value, SyncError> {
         let mut request = Request::builder()
             .method("POST")
             .uri(format!("{}/xrpc/{method}", self.service))
-            .header("content-type", "application/json");
+            .header("content-type", content_type);
         if let Some(token) = self.auth.access() {
             request = request.header("authorization", format!("Bearer {token}"));
         }
         let request = request
             .body(bytes)
-            .map_err(|e| bad_request(e.to_string()))?;
+            .map_err(|e| bad_request(method, e.to_string()))?;
         let response = self
             .rt
             .block_on(
@@ -484,15 +498,46 @@ impl Session {
                 message: json["message"].as_str().unwrap_or(&text).to_owned(),
             });
         }
-        json["cid"]
+        Ok(json)
+    }
+
+    /// `com.atproto.repo.uploadBlob`: `bytes` as a blob of type `mime`;
+    /// returns the CID the PDS stored them under.
+    pub(crate) fn upload_blob(&self, bytes: Vec<u8>, mime: &str) -> Result<cid::Cid, SyncError> {
+        const METHOD: &str = "com.atproto.repo.uploadBlob";
+        let json = self.post(METHOD, mime, bytes)?;
+        json["blob"]["ref"]["$link"]
             .as_str()
-            .map(str::to_owned)
+            .and_then(|l| crate::model::parse_cid(l).ok())
             .ok_or_else(|| SyncError::Xrpc {
-                method,
-                status,
+                method: METHOD,
+                status: 200,
                 error: "BadResponse".into(),
-                message: format!("no cid in {text}"),
+                message: format!("no blob ref in {json}"),
             })
+    }
+
+    /// `com.atproto.sync.getBlob`: the blob's bytes, or `None` when the PDS
+    /// does not have it.
+    pub(crate) fn get_blob(&self, cid: &cid::Cid) -> Result<Option<Vec<u8>>, SyncError> {
+        const METHOD: &str = "com.atproto.sync.getBlob";
+        let params = sync::get_blob::ParametersData {
+            cid: atrium_api::types::string::Cid::new(*cid),
+            did: self.did_param(METHOD)?,
+        };
+        match self
+            .rt
+            .block_on(self.api.service.com.atproto.sync.get_blob(params.into()))
+            .map_err(|e| xrpc_error(&self.service, METHOD, e))
+        {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(SyncError::Xrpc { status, error, .. })
+                if status == 404 || error == "BlobNotFound" =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// `com.atproto.sync.getRepo`: the whole repository as a CAR.
@@ -606,6 +651,15 @@ impl Session {
         self.rt
             .block_on(self.api.service.com.atproto.sync.get_blocks(params.into()))
             .map_err(|e| xrpc_error(&self.service, METHOD, e))
+    }
+}
+
+fn bad_request(method: &'static str, reason: String) -> SyncError {
+    SyncError::Xrpc {
+        method,
+        status: 0,
+        error: "BadRequest".into(),
+        message: reason,
     }
 }
 

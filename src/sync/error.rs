@@ -129,6 +129,25 @@ pub enum SyncError {
         /// Why.
         reason: String,
     },
+    /// A record to push names a blob this data folder does not hold.
+    #[error(
+        "record {key} names blob {cid}, which is not in this data folder; nothing of its batch was pushed"
+    )]
+    BlobMissing {
+        /// `collection/rkey`.
+        key: String,
+        /// The blob's CID.
+        cid: String,
+    },
+    /// The PDS stored an uploaded blob under another CID, or served bytes
+    /// that are not the blob asked for.
+    #[error("blob {expected}: the PDS {got}")]
+    BlobCidMismatch {
+        /// The CID the record names.
+        expected: String,
+        /// What came back instead.
+        got: String,
+    },
     /// The store could not be sealed for the account's DID before its
     /// first push, or a re-seal is unfinished: nothing was pushed.
     #[error(transparent)]

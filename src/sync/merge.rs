@@ -65,6 +65,11 @@ pub struct MergeReport {
     /// kept here, not merged.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub refused: Vec<String>,
+    /// Blobs of the merged records downloaded.
+    pub blobs: usize,
+    /// Blobs a merged record names that the PDS does not have (CIDs).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub blobs_missing: Vec<String>,
 }
 
 /// Message records: one with sealed content is never replaced by one
@@ -369,7 +374,7 @@ mod tests {
                 updated: 2,
                 deleted: 1,
                 conflicts: 1,
-                refused: Vec::new(),
+                ..MergeReport::default()
             }
         );
         let day = |n: &str| {

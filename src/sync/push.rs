@@ -15,6 +15,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{COLLECTION_PREFIX, RemoteHead, Session, SyncError, SyncState, batch, mirror};
+use crate::repo::blobs::{BlobStore, blob_refs_in};
 use crate::repo::keys::PublicKey;
 use crate::repo::repository::{RepoError, Repository};
 
@@ -33,6 +34,9 @@ pub struct PushReport {
     pub batches: usize,
     /// Writes retried one by one after a refused batch.
     pub retried: usize,
+    /// Blobs uploaded for the records sent (a blob is uploaded before the
+    /// batch whose records name it, once per push).
+    pub blobs: usize,
 }
 
 /// One local record to push.
@@ -162,6 +166,7 @@ pub fn push(
     session: &Session,
     key: &PublicKey,
     repo: &Repository,
+    blobs: &BlobStore,
     state: &mut SyncState,
     report: &mut PushReport,
 ) -> Result<(), SyncError> {
@@ -198,7 +203,9 @@ pub fn push(
     // It lives only for this push: a re-pull makes the next push build
     // it again, and every early return drops it.
     let mut tree: Option<mirror::MirrorTree> = None;
+    let mut uploaded = BTreeSet::new();
     for batch in batch::split(&ops, Op::json_size) {
+        upload_blobs(session, blobs, batch, &mut uploaded, report)?;
         let writes = batch
             .iter()
             .map(Op::to_write)
@@ -267,6 +274,48 @@ pub fn push(
             Err(e) => return Err(e),
         }
         state.save_keys(repo, batch.iter().map(Op::key))?;
+    }
+    Ok(())
+}
+
+/// Uploads the blobs the records of `batch` name that this push has not
+/// uploaded yet: a PDS refuses a record whose blobs it does not hold. A
+/// blob this folder lacks refuses the batch before anything is sent.
+fn upload_blobs(
+    session: &Session,
+    blobs: &BlobStore,
+    batch: &[Op<'_>],
+    uploaded: &mut BTreeSet<Cid>,
+    report: &mut PushReport,
+) -> Result<(), SyncError> {
+    for op in batch {
+        let (Op::Create(r) | Op::Update(r, _)) = op else {
+            continue;
+        };
+        for blob in blob_refs_in(&r.value) {
+            if uploaded.contains(&blob.cid) {
+                continue;
+            }
+            let stored = blobs
+                .get(&blob.cid)
+                .map_err(|e| SyncError::Io {
+                    what: format!("read blob {}", blob.cid),
+                    reason: e.to_string(),
+                })?
+                .ok_or_else(|| SyncError::BlobMissing {
+                    key: r.key.clone(),
+                    cid: blob.cid.to_string(),
+                })?;
+            let got = session.upload_blob(stored.bytes, &stored.mime)?;
+            if got != blob.cid {
+                return Err(SyncError::BlobCidMismatch {
+                    expected: blob.cid.to_string(),
+                    got: format!("stored it as {got}"),
+                });
+            }
+            uploaded.insert(blob.cid);
+            report.blobs += 1;
+        }
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ use super::{
     COLLECTION_PREFIX, MergeReport, NoProgress, Progress, PushReport, ResealOutcome, Session,
     SyncError, SyncState, did, merge, mirror, stored,
 };
+use crate::repo::blobs::{BlobStore, blob_refs_in};
 use crate::repo::blocks::MemoryBlocks;
 use crate::repo::keys::PublicKey;
 use crate::repo::mst::Mst;
@@ -218,6 +219,9 @@ fn pull_merge(
     let old = mirror::mirror_entries(state);
     let m = merge::merge(data, repo, &old, &pulled)?;
     let changed = stored::changed_keys(&old, &pulled.entries);
+    // Before the mirror moves: a fetch that fails leaves these keys
+    // changed, so the next sync fetches again.
+    fetch_blobs(session, &BlobStore::new(data), repo, &changed, pulls)?;
     let merged = &mut pulls.merged;
     merged.created += m.created;
     merged.updated += m.updated;
@@ -233,6 +237,55 @@ fn pull_merge(
     state.others = others;
     state.remote = Some(pulled.head);
     state.save_keys(repo, changed)?;
+    Ok(())
+}
+
+/// Downloads the blobs that the local records at `keys` (those a pull
+/// changed) name and this folder lacks, each checked against its CID. A
+/// blob the PDS does not have is named in the report, not an error: the
+/// record came without it, and reading its output says so.
+fn fetch_blobs(
+    session: &Session,
+    blobs: &BlobStore,
+    repo: &Repository,
+    keys: &[&str],
+    pulls: &mut Pulls,
+) -> Result<(), SyncError> {
+    let io = |cid: &Cid, e: std::io::Error| SyncError::Io {
+        what: format!("store blob {cid}"),
+        reason: e.to_string(),
+    };
+    for key in keys.iter().filter(|k| k.starts_with(COLLECTION_PREFIX)) {
+        let (collection, rkey) = super::push::split_key(key);
+        let Some(entry) = repo.get(collection, rkey)? else {
+            continue;
+        };
+        for blob in blob_refs_in(&entry.value) {
+            if blobs
+                .meta(&blob.cid)
+                .map_err(|e| io(&blob.cid, e))?
+                .is_some()
+            {
+                continue;
+            }
+            let Some(bytes) = session.get_blob(&blob.cid)? else {
+                pulls.merged.blobs_missing.push(blob.cid.to_string());
+                continue;
+            };
+            if crate::model::cid_for_blob(&bytes) != blob.cid {
+                return Err(SyncError::BlobCidMismatch {
+                    expected: blob.cid.to_string(),
+                    got: "served other bytes".into(),
+                });
+            }
+            let mime = blob
+                .mime
+                .as_deref()
+                .unwrap_or(crate::seal::SEALED_BLOB_MIME);
+            blobs.put(&bytes, mime).map_err(|e| io(&blob.cid, e))?;
+            pulls.merged.blobs += 1;
+        }
+    }
     Ok(())
 }
 
@@ -273,9 +326,10 @@ pub fn sync_with_progress(
     crate::device::reseal::check_ready(data, &repo, session.did(), &state.pushed)
         .map_err(|e| SyncError::Reseal(Box::new(e)))?;
     let mut push_report = PushReport::default();
+    let blobs = BlobStore::new(data);
     let mut attempt = 1;
     loop {
-        match push(&session, &key, &repo, &mut state, &mut push_report) {
+        match push(&session, &key, &repo, &blobs, &mut state, &mut push_report) {
             Ok(()) => break,
             Err(SyncError::RemoteMoved) if attempt < PUSH_ATTEMPTS => {
                 attempt += 1;
