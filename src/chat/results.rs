@@ -257,3 +257,74 @@ other_value!(
     crate::lexicon::chat::gel::assistant::defs::ToolObservationState,
     crate::lexicon::chat::gel::assistant::defs::ToolObservationReason,
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seal::{Padding, open_blob};
+
+    fn key() -> BlobKey {
+        BlobKey::from_bytes([9; 32])
+    }
+
+    fn run(output: String) -> ToolRun {
+        ToolRun::new(ToolResultOutcome::Succeeded, output)
+    }
+
+    #[test]
+    fn the_longest_kept_output_fits_output_blob_once_sealed() {
+        let sealed = crate::seal::blob::sealed_len(OUTPUT_MAX as u64, Padding::Padme);
+        assert!(sealed <= 50_000_000, "{sealed}");
+    }
+
+    #[test]
+    fn an_output_at_the_limit_stays_in_the_part() {
+        let kept = keep_result("c", None, &run("x".repeat(OUTPUT_KEPT)), key).unwrap();
+        assert!(kept.blob.is_none());
+        assert_eq!(kept.part.output.len(), OUTPUT_KEPT);
+        assert!(kept.part.output_blob.is_none());
+    }
+
+    #[test]
+    fn a_longer_output_goes_whole_to_a_blob_and_its_start_stays() {
+        // Multi-byte characters across the cut.
+        let whole = "ß€".repeat(OUTPUT_KEPT);
+        let mut json = run(whole.clone());
+        json.json = true;
+        let kept = keep_result("c", None, &json, key).unwrap();
+        let blob = kept.blob.unwrap();
+        assert_eq!(
+            open_blob(&blob.bytes, &blob.seal).unwrap(),
+            whole.as_bytes()
+        );
+        let part = kept.part;
+        assert!(part.output.len() <= OUTPUT_KEPT);
+        assert!(part.output.ends_with(&format!(
+            "[{} bytes in all; the whole output is in outputBlob]",
+            whole.len()
+        )));
+        let Some(BlobRef::Typed(b)) = &part.output_blob else {
+            panic!("a typed blob")
+        };
+        assert_eq!(b.r#ref.0, blob.seal.cid);
+        assert_eq!(b.size as u64, blob.seal.size);
+        // The format names the blob's content; the event's body is the
+        // summary as text all the same.
+        assert_eq!(part.output_format, Some(ToolResultPartOutputFormat::Json));
+        let AssistantEvent::ToolResult {
+            body, output_blob, ..
+        } = result_event(&part, CallFacts::default())
+        else {
+            panic!("a tool_result")
+        };
+        assert_eq!(body, serde_json::Value::String(part.output.clone()));
+        assert_eq!(output_blob.as_deref(), part.output_blob.as_ref());
+    }
+
+    #[test]
+    fn an_output_past_the_blob_limit_is_refused_by_name() {
+        let e = keep_result("c", None, &run("x".repeat(OUTPUT_MAX + 1)), key).unwrap_err();
+        assert_eq!(e.size, OUTPUT_MAX + 1);
+        assert_eq!(e.limit, OUTPUT_MAX);
+    }
+}

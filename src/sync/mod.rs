@@ -44,7 +44,9 @@
 //! PDS. Devices that join through the PDS then seal for the account's DID,
 //! which their own login gave (`device::join_synced`).
 //!
-//! Not done here (issue 7): blobs.
+//! Blobs go with their records: the push uploads those a batch names
+//! before it, the pull downloads those of the records it changed (see
+//! docs/sync.md).
 //!
 //! **Modules**, one job each: `error.rs` is [`SyncError`]; `push.rs` the
 //! push engine ([`push`]); `run.rs` the run that orders login, pull,
