@@ -607,6 +607,48 @@ fn a_paired_server_answers_what_a_phone_asks() {
     );
     assert!(shown.contains("Grüß"), "{shown}");
     assert!(shown.contains("\"complete\""), "{shown}");
+
+    // A tool output too long for the record: the server's run seals it
+    // into a blob it keeps and serves (ciphertext only); the live event
+    // names it; the phone's sync fetches it and reads the whole output.
+    let message = first_line(&gel_ok(
+        &phone,
+        &[
+            "chat",
+            "send",
+            "--chat",
+            &chat,
+            "Logs? STREAM:tool_output_to_blob",
+        ],
+    ));
+    let reply = first_line(&gel_ok(&phone, &["chat", "ask", "--to", &message]));
+    sync(&serve);
+    let frames = subscribe(&serve, &token, &reply, None);
+    assert_eq!(kinds(&frames), fixture_kinds("tool_output_to_blob"));
+    let Some(Frame::Event { body, .. }) = frames.iter().find(|f| f.t() == "#toolResult") else {
+        panic!("no toolResult in {frames:?}")
+    };
+    let cid = body["outputBlob"]["ref"]["$link"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no outputBlob in {body}"))
+        .to_owned();
+    let blob = get(
+        &serve,
+        &format!(
+            "com.atproto.sync.getBlob?did={}&cid={cid}",
+            serve.did.replace('%', "%25")
+        ),
+    );
+    assert_eq!(blob.status, 200, "{}", blob.text());
+    let marker = b"GET /items/3999 ";
+    assert!(!blob.body.windows(marker.len()).any(|w| w == marker));
+    sync(&serve);
+    let whole = gel_ok(
+        &phone,
+        &["chat", "output", "--reply", &reply, "--call", "toolu_71"],
+    );
+    assert!(whole.len() > 100_000, "{}", whole.len());
+    assert!(whole.contains("GET /items/3999 "));
 }
 
 /// `gelstore serve --assistant-model`: the built-in loop. A phone asks; the
