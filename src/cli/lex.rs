@@ -24,6 +24,18 @@ pub enum LexCommand {
     Diff(DiffArgs),
     /// Generate Rust types from the lexicons (`--check`: only compare).
     Gen(GenArgs),
+    /// Find NSIDs' published schemas (DNS TXT → DID → PDS), verified by
+    /// their commit signature and proof, and print them.
+    Resolve(super::lex_net::ResolveArgs),
+    /// Pull the lexicons a folder references, transitively, into a folder,
+    /// with a lock file of NSID → record CID (`--locked` fails on drift).
+    Pull(super::lex_net::PullArgs),
+    /// Publish a folder's lexicons as schema records on the account's PDS
+    /// (only those that changed; a breaking change needs --force).
+    Publish(super::lex_net::PublishArgs),
+    /// The `_lexicon` TXT records a folder's authorities need, and (with
+    /// --did) whether DNS has them.
+    CheckDns(super::lex_net::CheckDnsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -95,6 +107,10 @@ pub fn run(cmd: LexCommand) -> Outcome {
         LexCommand::Check(args) => run_check(args),
         LexCommand::Diff(args) => run_diff(args),
         LexCommand::Gen(args) => return run_gen(args),
+        LexCommand::Resolve(args) => return super::lex_net::resolve(args),
+        LexCommand::Pull(args) => return super::lex_net::pull(args),
+        LexCommand::Publish(args) => return super::lex_net::publish(args),
+        LexCommand::CheckDns(args) => return super::lex_net::check_dns(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e}");

@@ -5,6 +5,7 @@ mod assistant;
 mod chat;
 mod device;
 mod lex;
+mod lex_net;
 mod locate;
 mod progress;
 mod repo;

@@ -394,6 +394,62 @@ impl Session {
         self.acknowledged(1, result)
     }
 
+    /// `com.atproto.repo.putRecord` of `record` (JSON) over the version
+    /// whose CID is `swap`.
+    pub(crate) fn put_swapped(
+        &self,
+        collection: &str,
+        rkey: &str,
+        record: &Value,
+        swap: cid::Cid,
+    ) -> Result<String, SyncError> {
+        const METHOD: &str = "com.atproto.repo.putRecord";
+        let body = serde_json::json!({
+            "repo": self.did,
+            "collection": collection,
+            "rkey": rkey,
+            "record": record,
+            "swapRecord": swap.to_string(),
+        });
+        let result = self.post_json(METHOD, &body);
+        self.acknowledged(1, result)
+    }
+
+    /// `com.atproto.repo.getRecord` in this account's repository: the
+    /// record's value and CID, or `None` when there is none.
+    pub(crate) fn get_record(
+        &self,
+        collection: &str,
+        rkey: &str,
+    ) -> Result<Option<(Value, cid::Cid)>, SyncError> {
+        const METHOD: &str = "com.atproto.repo.getRecord";
+        let bad = |e: &str| bad_request(METHOD, format!("{collection}/{rkey}: {e}"));
+        let params = repo::get_record::ParametersData {
+            cid: None,
+            collection: Nsid::new(collection.to_owned()).map_err(&bad)?,
+            repo: self.repo_id()?,
+            rkey: RecordKey::new(rkey.to_owned()).map_err(&bad)?,
+        };
+        match self
+            .rt
+            .block_on(self.api.service.com.atproto.repo.get_record(params.into()))
+            .map_err(|e| xrpc_error(&self.service, METHOD, e))
+        {
+            Ok(out) => {
+                let value =
+                    serde_json::to_value(&out.data.value).map_err(|e| bad(&e.to_string()))?;
+                let cid = out
+                    .data
+                    .cid
+                    .map(|c| *c.as_ref())
+                    .ok_or_else(|| bad("the answer has no cid"))?;
+                Ok(Some((value, cid)))
+            }
+            Err(SyncError::Xrpc { error, .. }) if error == "RecordNotFound" => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// `com.atproto.repo.deleteRecord` of the record whose CID is `swap`.
     pub(crate) fn delete_swapped(
         &self,

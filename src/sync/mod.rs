@@ -75,6 +75,7 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::device::reseal::ResealOutcome;
 pub use client::Session;
+pub(crate) use client::error_chain;
 pub use error::SyncError;
 pub use merge::MergeReport;
 pub use mirror::RemoteHead;

@@ -1,0 +1,256 @@
+//! `gelstore lex resolve | pull | publish | check-dns`: lexicons on the
+//! network (see `lexnet`). Exit codes as for every command: 0 done, 1
+//! refused (not published, a record that fails verification, a breaking
+//! publish, lock drift, a TXT record missing), 2 the network or local I/O.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use serde_json::json;
+
+use super::sync::{LoginArgs, login_options};
+use super::{Failure, Format, finish, say};
+use crate::cli::Outcome;
+use crate::lexnet::{self, LexNetError, PublishOptions, Resolver, ResolverOptions, txt_name};
+use gelstore_codegen::catalog::Catalog;
+
+/// Where resolution looks (shared by the commands that resolve).
+#[derive(Args, Debug, Clone)]
+pub struct ResolveWith {
+    /// The DNS server to ask for `_lexicon` TXT records (HOST:PORT, UDP);
+    /// default: the system's.
+    #[arg(long, value_name = "ADDR")]
+    pub dns: Option<SocketAddr>,
+    /// The PLC directory a did:plc's document comes from.
+    #[arg(long, value_name = "URL", default_value = crate::sync::DEFAULT_PLC)]
+    pub plc: String,
+    /// Seconds per DNS query and per HTTP request.
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub timeout: u64,
+}
+
+impl ResolveWith {
+    fn resolver(&self) -> Result<Resolver, Failure> {
+        Resolver::new(&ResolverOptions {
+            dns: self.dns,
+            plc: self.plc.clone(),
+            timeout: std::time::Duration::from_secs(self.timeout.max(1)),
+        })
+        .map_err(failure)
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ResolveArgs {
+    /// The NSIDs to resolve.
+    #[arg(required = true)]
+    pub nsids: Vec<String>,
+    /// Look in this DID's repository instead of asking DNS.
+    #[arg(long)]
+    pub did: Option<String>,
+    #[command(flatten)]
+    pub with: ResolveWith,
+    /// human: where it came from, then the schema; json: one
+    /// `{nsid, did, pds, cid, commit, rev, schema}` per line.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct PullArgs {
+    /// The lexicons whose references to pull (files or folders).
+    #[arg(long, default_value = "lexicons", value_name = "DIR")]
+    pub lexicons: Vec<PathBuf>,
+    /// Where the pulled lexicons and the lock file go.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Fail, writing nothing, when a lexicon resolves to another record
+    /// than the lock file holds.
+    #[arg(long)]
+    pub locked: bool,
+    #[command(flatten)]
+    pub with: ResolveWith,
+    /// human: one line per lexicon; json: `{pulled, changed}`.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct PublishArgs {
+    /// The lexicons to publish (files or folders).
+    #[arg(default_value = "lexicons")]
+    pub paths: Vec<PathBuf>,
+    /// Publish breaking changes too.
+    #[arg(long)]
+    pub force: bool,
+    /// The account (its output format is this command's: human lines, or
+    /// json `{did, created, updated, unchanged}`).
+    #[command(flatten)]
+    pub login: LoginArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct CheckDnsArgs {
+    /// The lexicons whose authorities to check (files or folders).
+    #[arg(default_value = "lexicons")]
+    pub paths: Vec<PathBuf>,
+    /// The DID the records must name; without it, only what to add is shown.
+    #[arg(long)]
+    pub did: Option<String>,
+    #[command(flatten)]
+    pub with: ResolveWith,
+    /// human: one line per TXT name; json: `{name, want, found, ok}` per line.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+fn failure(e: LexNetError) -> Failure {
+    if e.is_environment() {
+        Failure::env(e.to_string())
+    } else {
+        Failure::input(e.to_string())
+    }
+}
+
+pub fn resolve(args: ResolveArgs) -> Outcome {
+    finish((|| {
+        let resolver = args.with.resolver()?;
+        for nsid in &args.nsids {
+            let r = match &args.did {
+                Some(did) => resolver.resolve_at(nsid, did),
+                None => resolver.resolve(nsid),
+            }
+            .map_err(failure)?;
+            match args.format {
+                Format::Human => {
+                    say(format!(
+                        "# {} from {} ({}), record {} at rev {}",
+                        r.nsid, r.did, r.pds, r.cid, r.rev
+                    ));
+                    say(serde_json::to_string_pretty(&r.schema).unwrap_or_default());
+                }
+                Format::Json => say(json!({
+                    "nsid": r.nsid,
+                    "did": r.did,
+                    "pds": r.pds,
+                    "cid": r.cid.to_string(),
+                    "commit": r.commit.to_string(),
+                    "rev": r.rev,
+                    "schema": r.schema,
+                })),
+            }
+        }
+        Ok(())
+    })())
+}
+
+pub fn pull(args: PullArgs) -> Outcome {
+    finish((|| {
+        let resolver = args.with.resolver()?;
+        let report =
+            lexnet::pull(&args.lexicons, &args.out, &resolver, args.locked).map_err(failure)?;
+        match args.format {
+            Format::Human => {
+                for nsid in &report.pulled {
+                    let mark = if report.changed.contains(nsid) {
+                        "pulled"
+                    } else {
+                        "locked"
+                    };
+                    say(format!("{mark}\t{nsid}"));
+                }
+            }
+            Format::Json => say(serde_json::to_value(&report).unwrap_or_default()),
+        }
+        Ok(())
+    })())
+}
+
+pub fn publish(args: PublishArgs) -> Outcome {
+    let Some(login) = login_options(&args.login) else {
+        return Outcome::Failed;
+    };
+    finish((|| {
+        let report = lexnet::publish(
+            &args.paths,
+            &PublishOptions {
+                service: login.service,
+                identifier: login.identifier,
+                password: login.password,
+                force: args.force,
+            },
+        )
+        .map_err(failure)?;
+        match args.login.format {
+            Format::Human => {
+                for (what, list) in [
+                    ("created", &report.created),
+                    ("updated", &report.updated),
+                    ("unchanged", &report.unchanged),
+                ] {
+                    for nsid in list {
+                        say(format!("{what}\t{nsid}"));
+                    }
+                }
+            }
+            Format::Json => say(serde_json::to_value(&report).unwrap_or_default()),
+        }
+        Ok(())
+    })())
+}
+
+pub fn check_dns(args: CheckDnsArgs) -> Outcome {
+    finish((|| {
+        let (catalog, _) = Catalog::load_paths(&args.paths)
+            .map_err(|e| Failure::env(format!("cannot read the lexicons: {e}")))?;
+        let mut names: Vec<String> = catalog
+            .entries()
+            .map(|e| txt_name(&e.doc.id).map_err(failure))
+            .collect::<Result<_, _>>()?;
+        names.sort();
+        names.dedup();
+        let Some(did) = &args.did else {
+            for name in &names {
+                say(format!(
+                    "{name}\tTXT\t\"did=<the publishing account's DID>\""
+                ));
+            }
+            return Ok(());
+        };
+        let resolver = args.with.resolver()?;
+        let want = format!("did={did}");
+        let mut wrong = 0;
+        for name in &names {
+            let found = match resolver.txt(name) {
+                Ok(texts) => texts,
+                Err(LexNetError::NoTxtRecord { .. }) => Vec::new(),
+                Err(e) => return Err(failure(e)),
+            };
+            let dids: Vec<&String> = found.iter().filter(|t| t.starts_with("did=")).collect();
+            let ok = dids.len() == 1 && *dids[0] == want;
+            if !ok {
+                wrong += 1;
+            }
+            match args.format {
+                Format::Human => say(format!(
+                    "{}\t{name}\tTXT\t\"{want}\"{}",
+                    if ok { "ok" } else { "add" },
+                    if found.is_empty() || ok {
+                        String::new()
+                    } else {
+                        format!("\t(found {found:?})")
+                    }
+                )),
+                Format::Json => say(json!({"name": name, "want": want, "found": found, "ok": ok})),
+            }
+        }
+        if wrong > 0 {
+            return Err(Failure::input(format!(
+                "{wrong} of {} TXT record(s) missing or naming another DID",
+                names.len()
+            )));
+        }
+        Ok(())
+    })())
+}
