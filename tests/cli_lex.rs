@@ -275,3 +275,112 @@ fn sarif_format_is_one_log_with_regions() {
     let log: Value = serde_json::from_str(&stdout(&clean)).unwrap();
     assert_eq!(log["runs"][0]["results"], serde_json::json!([]));
 }
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(["-c", "user.name=t", "-c", "user.email=t@example.com"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `lex diff --base REV DIR`: the folder as committed at REV (read from
+/// git; the work tree is not touched) against the folder as it is.
+#[test]
+fn diff_against_a_git_revision_reads_the_old_set_from_git() {
+    let repo = tempfile::tempdir().unwrap();
+    let root = repo.path();
+    git(root, &["init", "-q"]);
+    let dir = root.join("lexicons/chat/gel/assistant");
+    std::fs::create_dir_all(&dir).unwrap();
+    let ours = Path::new(env!("CARGO_MANIFEST_DIR")).join("lexicons/chat/gel/assistant/chat.json");
+    let original = std::fs::read_to_string(&ours).unwrap();
+    std::fs::write(dir.join("chat.json"), &original).unwrap();
+    git(root, &["add", "."]);
+    git(root, &["commit", "-q", "-m", "lexicons"]);
+    let lexicons = root.join("lexicons");
+    let lexicons = lexicons.to_str().unwrap();
+
+    let same = gelstore(&["lex", "diff", "--base", "HEAD", lexicons]);
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+
+    // A new required field, uncommitted: breaking against HEAD.
+    let mut doc: Value = serde_json::from_str(&original).unwrap();
+    doc["defs"]["main"]["record"]["required"]
+        .as_array_mut()
+        .unwrap()
+        .push("owner".into());
+    doc["defs"]["main"]["record"]["properties"]["owner"] = serde_json::json!({"type": "string"});
+    std::fs::write(
+        dir.join("chat.json"),
+        serde_json::to_string_pretty(&doc).unwrap(),
+    )
+    .unwrap();
+    let o = gelstore(&[
+        "lex", "diff", "--base", "HEAD", lexicons, "--format", "json",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stdout(&o));
+    let text = stdout(&o);
+    assert!(text.contains("breaking"), "{text}");
+    // The committed file is what git has, the work tree kept its change.
+    assert!(
+        std::fs::read_to_string(dir.join("chat.json"))
+            .unwrap()
+            .contains("owner")
+    );
+
+    let bad = gelstore(&["lex", "diff", "--base", "no-such-rev", lexicons]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("git ls-tree"));
+    let usage = gelstore(&["lex", "diff", lexicons]);
+    assert_eq!(usage.status.code(), Some(2));
+}
+
+/// `lex new`: a template per primary type that lints clean, never
+/// written over an existing file.
+#[test]
+fn new_lexicons_start_from_templates_that_lint_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().to_str().unwrap();
+    for kind in ["record", "query", "procedure", "subscription"] {
+        let nsid = format!("com.example.fresh.{kind}");
+        let o = gelstore(&["lex", "new", kind, &nsid, "--out", out]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(
+            stdout(&o)
+                .trim()
+                .ends_with(&format!("com/example/fresh/{kind}.json"))
+        );
+    }
+    let lint = gelstore(&["lex", "lint", out]);
+    assert_eq!(lint.status.code(), Some(0), "{}", stdout(&lint));
+    let summary = String::from_utf8_lossy(&lint.stderr);
+    assert!(
+        summary.contains("4 lexicon file(s) checked: 0 finding(s)"),
+        "{summary}"
+    );
+    let again = gelstore(&[
+        "lex",
+        "new",
+        "record",
+        "com.example.fresh.record",
+        "--out",
+        out,
+    ]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&again.stderr).contains("not overwritten"));
+    let bad = gelstore(&["lex", "new", "record", "not an nsid", "--out", out]);
+    assert_eq!(bad.status.code(), Some(1));
+}

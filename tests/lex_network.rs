@@ -118,6 +118,16 @@ fn publish_resolve_and_pull_with_a_lock(peer: Peer) {
     );
     assert!(got["cid"].as_str().unwrap().starts_with("bafyrei"));
 
+    // status: every local lexicon is published as it is.
+    let mut args = vec!["lex", "status", lexicons];
+    args.extend(with);
+    let shown = ok(&args);
+    assert_eq!(
+        shown.lines().filter(|l| l.starts_with("same\t")).count(),
+        count,
+        "{shown}"
+    );
+
     // check-dns: the record is there for this DID, not for another.
     let mut args = vec!["lex", "check-dns", lexicons, "--did", &peer.did];
     args.extend(with);
@@ -214,6 +224,20 @@ fn publish_resolve_and_pull_with_a_lock(peer: Peer) {
         updated["updated"],
         json!(["chat.gel.assistant.defs"]),
         "{updated}"
+    );
+    // status now names the one that differs (exit 1).
+    let mut args = vec!["lex", "status", lexicons, "--format", "json"];
+    args.extend(with);
+    let out_status = run(&args);
+    assert_eq!(out_status.status.code(), Some(1), "{}", stderr(&out_status));
+    let differs: Vec<Value> = stdout(&out_status)
+        .lines()
+        .map(json_of)
+        .filter(|l| l["state"] != "same")
+        .collect();
+    assert_eq!(
+        differs,
+        [json!({"nsid": "chat.gel.assistant.defs", "state": "differs"})]
     );
     let before = std::fs::read(out.path().join("lexicons.lock.json")).unwrap();
     let drift = pull(true);

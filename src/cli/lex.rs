@@ -36,6 +36,11 @@ pub enum LexCommand {
     /// The `_lexicon` TXT records a folder's authorities need, and (with
     /// --did) whether DNS has them.
     CheckDns(super::lex_net::CheckDnsArgs),
+    /// Compare local lexicons with their published copies (exit 1 unless
+    /// every one is published as it is).
+    Status(super::lex_net::StatusArgs),
+    /// Start a lexicon from a template of its primary type.
+    New(super::lex_net::NewArgs),
 }
 
 #[derive(Args, Debug)]
@@ -69,10 +74,14 @@ pub struct CheckArgs {
 
 #[derive(Args, Debug)]
 pub struct DiffArgs {
-    /// The lexicon set before the change.
-    pub old: PathBuf,
-    /// The lexicon set after the change.
-    pub new: PathBuf,
+    /// OLD NEW: the lexicon sets before and after the change; with
+    /// --base, one folder, compared with itself at that revision.
+    #[arg(required = true, num_args = 1..=2, value_name = "PATH")]
+    pub paths: Vec<PathBuf>,
+    /// A git revision: the old set is PATH as committed there (read from
+    /// git, without a checkout).
+    #[arg(long, value_name = "REV")]
+    pub base: Option<String>,
     /// How findings are printed (the exit status is the same for each).
     #[arg(long, value_enum, default_value_t)]
     pub format: LexFormat,
@@ -111,6 +120,8 @@ pub fn run(cmd: LexCommand) -> Outcome {
         LexCommand::Pull(args) => return super::lex_net::pull(args),
         LexCommand::Publish(args) => return super::lex_net::publish(args),
         LexCommand::CheckDns(args) => return super::lex_net::check_dns(args),
+        LexCommand::Status(args) => return super::lex_net::status(args),
+        LexCommand::New(args) => return super::lex_net::new(args),
     };
     result.unwrap_or_else(|e| {
         eprintln!("error: {e}");
@@ -155,8 +166,27 @@ fn run_check(args: CheckArgs) -> Result<Outcome, LoadError> {
 }
 
 fn run_diff(args: DiffArgs) -> Result<Outcome, LoadError> {
-    let old = load_catalog_quietly(std::slice::from_ref(&args.old))?;
-    let new = load_catalog_quietly(std::slice::from_ref(&args.new))?;
+    let (old, new) = match (&args.base, args.paths.as_slice()) {
+        (None, [old, new]) => (
+            load_catalog_quietly(std::slice::from_ref(old))?,
+            load_catalog_quietly(std::slice::from_ref(new))?,
+        ),
+        (Some(rev), [path]) => match super::git_base::catalog_at(rev, path) {
+            Ok(old) => (old, load_catalog_quietly(std::slice::from_ref(path))?),
+            Err(e) => {
+                eprintln!("error: {e}");
+                return Ok(Outcome::Failed);
+            }
+        },
+        (None, _) => {
+            eprintln!("error: lex diff takes OLD NEW, or --base REV PATH");
+            return Ok(Outcome::Failed);
+        }
+        (Some(_), _) => {
+            eprintln!("error: with --base, lex diff takes one PATH");
+            return Ok(Outcome::Failed);
+        }
+    };
     let mut files: Vec<String> = new.entries().map(|e| e.file.clone()).collect();
     files.extend(
         old.entries()

@@ -254,3 +254,166 @@ pub fn check_dns(args: CheckDnsArgs) -> Outcome {
         Ok(())
     })())
 }
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The local lexicons (files or folders).
+    #[arg(default_value = "lexicons")]
+    pub paths: Vec<PathBuf>,
+    /// Compare with this DID's repository instead of asking DNS.
+    #[arg(long)]
+    pub did: Option<String>,
+    #[command(flatten)]
+    pub with: ResolveWith,
+    /// human: `same|differs|unpublished NSID`; json: `{nsid, state,
+    /// breaking?}` per line. Exit 1 unless every lexicon is published as it is.
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+/// `lex status`: each local lexicon against its published copy.
+pub fn status(args: StatusArgs) -> Outcome {
+    finish((|| {
+        let (catalog, _) = Catalog::load_paths(&args.paths)
+            .map_err(|e| Failure::env(format!("cannot read the lexicons: {e}")))?;
+        let resolver = args.with.resolver()?;
+        let mut behind = 0;
+        for entry in catalog.entries() {
+            let nsid = &entry.doc.id;
+            let local = gelstore_codegen::catalog::read_json(std::path::Path::new(&entry.file))
+                .map_err(|e| Failure::env(format!("cannot read {}: {e}", entry.file)))?;
+            let found = match &args.did {
+                Some(did) => resolver.resolve_at(nsid, did),
+                None => resolver.resolve(nsid),
+            };
+            let (state, breaking) = match found {
+                Ok(r) if r.schema == local => ("same", String::new()),
+                Ok(r) => (
+                    "differs",
+                    lexnet::publish::breaking_changes(nsid, &r.schema, &local),
+                ),
+                Err(LexNetError::NotPublished { .. } | LexNetError::NoTxtRecord { .. }) => {
+                    ("unpublished", String::new())
+                }
+                Err(e) => return Err(failure(e)),
+            };
+            if state != "same" {
+                behind += 1;
+            }
+            match args.format {
+                Format::Human if breaking.is_empty() => say(format!("{state}\t{nsid}")),
+                Format::Human => say(format!("{state}\t{nsid}\t(breaking: {breaking})")),
+                Format::Json => {
+                    let mut line = json!({"nsid": nsid, "state": state});
+                    if !breaking.is_empty() {
+                        line["breaking"] = breaking.into();
+                    }
+                    say(line)
+                }
+            }
+        }
+        if behind > 0 {
+            return Err(Failure::input(format!(
+                "{behind} of {} lexicon(s) not published as they are here",
+                catalog.len()
+            )));
+        }
+        Ok(())
+    })())
+}
+
+/// The primary types a new lexicon can have.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NewKind {
+    Record,
+    Query,
+    Procedure,
+    Subscription,
+}
+
+#[derive(Args, Debug)]
+pub struct NewArgs {
+    /// What the lexicon's main definition is.
+    #[arg(value_enum)]
+    pub kind: NewKind,
+    /// Its NSID.
+    pub nsid: String,
+    /// The lexicon folder; the file goes to DIR/<nsid as a path>.json.
+    #[arg(long, default_value = "lexicons", value_name = "DIR")]
+    pub out: PathBuf,
+}
+
+/// A lexicon document to start from: it lints clean.
+pub fn template(kind: NewKind, nsid: &str) -> serde_json::Value {
+    let main = match kind {
+        NewKind::Record => json!({
+            "type": "record",
+            "description": "TODO: what one record is.",
+            "key": "tid",
+            "record": {
+                "type": "object",
+                "required": ["createdAt"],
+                "properties": {"createdAt": {"type": "string", "format": "datetime"}},
+            },
+        }),
+        NewKind::Query => json!({
+            "type": "query",
+            "description": "TODO: what it answers.",
+            "parameters": {"type": "params", "properties": {"limit": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50}}},
+            "output": {"encoding": "application/json", "schema": {"type": "object", "properties": {}}},
+        }),
+        NewKind::Procedure => json!({
+            "type": "procedure",
+            "description": "TODO: what it does.",
+            "input": {"encoding": "application/json", "schema": {"type": "object", "properties": {}}},
+            "output": {"encoding": "application/json", "schema": {"type": "object", "properties": {}}},
+        }),
+        NewKind::Subscription => json!({
+            "type": "subscription",
+            "description": "TODO: what it streams.",
+            "parameters": {"type": "params", "properties": {"cursor": {"type": "integer"}}},
+            "message": {"schema": {"type": "union", "refs": ["#event"]}},
+        }),
+    };
+    let mut doc = json!({"lexicon": 1, "id": nsid, "defs": {"main": main}});
+    if kind == NewKind::Subscription {
+        doc["defs"]["event"] = json!({
+            "type": "object",
+            "required": ["seq"],
+            "properties": {"seq": {"type": "integer"}},
+        });
+    }
+    doc
+}
+
+/// `lex new`: writes a template, never over an existing file.
+pub fn new(args: NewArgs) -> Outcome {
+    finish((|| {
+        gelstore_codegen::syntax::check_nsid(&args.nsid)
+            .map_err(|e| Failure::input(format!("{:?} is not an NSID: {e}", args.nsid)))?;
+        let file = args
+            .out
+            .join(format!("{}.json", args.nsid.replace('.', "/")));
+        if let Some(dir) = file.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| Failure::env(format!("cannot create {}: {e}", dir.display())))?;
+        }
+        let text = serde_json::to_string_pretty(&template(args.kind, &args.nsid))
+            .unwrap_or_default()
+            + "\n";
+        let mut out = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&file)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::AlreadyExists => {
+                    Failure::input(format!("{} exists; not overwritten", file.display()))
+                }
+                _ => Failure::env(format!("cannot write {}: {e}", file.display())),
+            })?;
+        std::io::Write::write_all(&mut out, text.as_bytes())
+            .map_err(|e| Failure::env(format!("cannot write {}: {e}", file.display())))?;
+        say(file.display());
+        Ok(())
+    })())
+}

@@ -4,6 +4,7 @@
 mod assistant;
 mod chat;
 mod device;
+mod git_base;
 mod lex;
 mod lex_net;
 mod locate;
