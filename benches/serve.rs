@@ -315,7 +315,9 @@ fn load(peer: &Peer, writers: usize, writes: usize, readers: usize) {
     wlat.sort();
     rlat.sort();
 
-    // Every write exactly once.
+    // Every write exactly once. A new connection: the first one sat idle
+    // through the load, past the server's keep-alive timeout on long runs.
+    let mut conn = Conn::new(&peer.addr);
     let mut seen: HashSet<String> = HashSet::new();
     let mut doubled = 0;
     let mut cursor: Option<String> = None;
