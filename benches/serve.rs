@@ -9,9 +9,17 @@
 //! latency of writes and reads, and afterwards a full `listRecords` walk
 //! that must find every write exactly once (no lost, no doubled writes).
 //!
+//! After gelstore's load: its data folder's size, the CAR export's, their
+//! ratio, and the event window's rows, against the goal of 2 × the CAR plus
+//! the window.
+//!
 //! `GELSTORE_BENCH_WRITERS` (8), `GELSTORE_BENCH_WRITES` (100 per writer),
-//! `GELSTORE_BENCH_READERS` (4). Every loop is bounded by count and by a
-//! 120 s deadline; the servers listen on 127.0.0.1 only.
+//! or `GELSTORE_BENCH_RECORDS` (a total, split between the writers),
+//! `GELSTORE_BENCH_READERS` (4), `GELSTORE_BENCH_DEADLINE_SECS` (120);
+//! `GELSTORE_BENCH_EVENT_WINDOW` and `GELSTORE_BENCH_EVENT_WINDOW_BYTES` are
+//! passed to `serve --event-window/--event-window-bytes`. Every loop is
+//! bounded by count and by the deadline; the servers listen on 127.0.0.1
+//! only.
 
 use std::collections::HashSet;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -28,7 +36,14 @@ use serde_json::{Value, json};
 mod launch;
 
 const COLL: &str = "app.example.note";
-const DEADLINE: Duration = Duration::from_secs(120);
+
+fn deadline() -> Duration {
+    let secs = std::env::var("GELSTORE_BENCH_DEADLINE_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(120);
+    Duration::from_secs(secs)
+}
 
 struct Peer {
     name: &'static str,
@@ -46,10 +61,20 @@ impl Drop for Peer {
 }
 
 fn start_gelstore(data: &Path) -> Peer {
+    let mut window = Vec::new();
+    for (var, flag) in [
+        ("GELSTORE_BENCH_EVENT_WINDOW", "--event-window"),
+        ("GELSTORE_BENCH_EVENT_WINDOW_BYTES", "--event-window-bytes"),
+    ] {
+        if let Ok(v) = std::env::var(var) {
+            window.extend([flag.to_owned(), v]);
+        }
+    }
     let mut child = Command::new(env!("CARGO_BIN_EXE_gelstore"))
         .arg("--data")
         .arg(data)
         .args(["serve", "--listen", "127.0.0.1:0", "--password", "bench"])
+        .args(&window)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -217,6 +242,7 @@ fn load(peer: &Peer, writers: usize, writes: usize, readers: usize) {
     assert_eq!(status, 200, "{}: seed {first}", peer.name);
 
     let started = Instant::now();
+    let deadline = deadline();
     let done = Arc::new(AtomicBool::new(false));
     let mut write_threads = Vec::new();
     for w in 0..writers {
@@ -226,7 +252,7 @@ fn load(peer: &Peer, writers: usize, writes: usize, readers: usize) {
             let mut lat = Vec::with_capacity(writes);
             let mut failed = 0;
             for i in 0..writes {
-                if started.elapsed() > DEADLINE {
+                if started.elapsed() > deadline {
                     break;
                 }
                 let t = Instant::now();
@@ -252,7 +278,7 @@ fn load(peer: &Peer, writers: usize, writes: usize, readers: usize) {
             let mut conn = Conn::new(&addr);
             let mut lat = Vec::new();
             let mut n = 0u64;
-            while !done.load(Ordering::Relaxed) && started.elapsed() < DEADLINE {
+            while !done.load(Ordering::Relaxed) && started.elapsed() < deadline {
                 let path = if (n + r as u64).is_multiple_of(2) {
                     format!(
                         "/xrpc/com.atproto.repo.getRecord?repo={}&collection={COLL}&rkey=seed",
@@ -289,11 +315,13 @@ fn load(peer: &Peer, writers: usize, writes: usize, readers: usize) {
     wlat.sort();
     rlat.sort();
 
-    // Every write exactly once.
+    // Every write exactly once. A new connection: the first one sat idle
+    // through the load, past the server's keep-alive timeout on long runs.
+    let mut conn = Conn::new(&peer.addr);
     let mut seen: HashSet<String> = HashSet::new();
     let mut doubled = 0;
     let mut cursor: Option<String> = None;
-    for _ in 0..100_000 {
+    for _ in 0..1_000_000 {
         let mut path = format!(
             "/xrpc/com.atproto.repo.listRecords?repo={}&collection={COLL}&limit=100",
             enc(&peer.did)
@@ -340,6 +368,57 @@ fn load(peer: &Peer, writers: usize, writes: usize, readers: usize) {
     );
 }
 
+/// Bytes of the files under `path`.
+fn du(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return 0;
+    };
+    if !meta.is_dir() {
+        return meta.len();
+    }
+    std::fs::read_dir(path)
+        .map(|entries| entries.flatten().map(|e| du(&e.path())).sum())
+        .unwrap_or(0)
+}
+
+/// The stopped server's data folder against its CAR export and event window.
+fn report_size(data: &Path) {
+    let folder = du(data);
+    let store = du(&data.join(gelstore::repo::repository::STORE_DIR));
+    let mut repo =
+        gelstore::repo::repository::Repository::open(data).expect("open the data folder");
+    let (car, _) = repo.export(Vec::new(), None).expect("export");
+    let car = car.len() as u64;
+    let (events, window) = repo.event_window().expect("event window");
+    let rows: u64 = gelstore::store::Table::ALL
+        .iter()
+        .map(|&t| {
+            repo.engine()
+                .scan(t, b"")
+                .map(|r| r.map(|(k, v)| (k.len() + v.len()) as u64).unwrap_or(0))
+                .sum::<u64>()
+        })
+        .sum();
+    let mb = |b: u64| b as f64 / 1e6;
+    let bound = 2 * car + window;
+    println!(
+        "gelstore size   {} records: data folder {:.1} MB (store {:.1} MB, its rows {:.1} MB), CAR {:.2} MB, \
+         folder/CAR {:.1}x; event window {events} events {:.2} MB (--event-window {}, --event-window-bytes {}); \
+         goal 2 x CAR + window = {:.1} MB: {}",
+        repo.record_count(),
+        mb(folder),
+        mb(store),
+        mb(rows),
+        mb(car),
+        folder as f64 / car as f64,
+        mb(window),
+        repo.event_retention(),
+        repo.event_retention_bytes(),
+        mb(bound),
+        if folder <= bound { "within" } else { "over" },
+    );
+}
+
 fn main() {
     let env = |name: &str, default: usize| {
         std::env::var(name)
@@ -347,17 +426,22 @@ fn main() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(default)
     };
-    let writers = env("GELSTORE_BENCH_WRITERS", 8);
-    let writes = env("GELSTORE_BENCH_WRITES", 100);
+    let writers = env("GELSTORE_BENCH_WRITERS", 8).max(1);
+    let writes = match std::env::var("GELSTORE_BENCH_RECORDS") {
+        Ok(_) => env("GELSTORE_BENCH_RECORDS", 800).div_ceil(writers),
+        Err(_) => env("GELSTORE_BENCH_WRITES", 100),
+    };
     let readers = env("GELSTORE_BENCH_READERS", 4);
     println!(
         "serve bench: {writers} writers x {writes} createRecord, {readers} readers (getRecord/listRecords), loopback, keep-alive"
     );
     let dir = tempfile::tempdir().expect("temp dir");
+    let data = dir.path().join("data");
     {
-        let peer = start_gelstore(&dir.path().join("data"));
+        let peer = start_gelstore(&data);
         load(&peer, writers, writes, readers);
     }
+    report_size(&data);
     if let Some(peer) = start_reference() {
         load(&peer, writers, writes, readers);
     }

@@ -322,6 +322,62 @@ fn sequence_numbers_survive_reopening() {
 }
 
 #[test]
+fn a_bytes_window_bounds_the_log_and_a_reopened_store_prunes_to_its_window() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut repo = Repository::init(dir.path()).unwrap();
+    assert_eq!(
+        repo.event_retention_bytes(),
+        gelstore::repo::events::DEFAULT_RETENTION_BYTES
+    );
+    repo.set_event_retention_bytes(20_000);
+    for i in 0..60 {
+        let text = "x".repeat(500);
+        repo.apply(&[Write::create(
+            THING,
+            format!("r{i:02}"),
+            json!({"$type": THING, "n": i, "text": text}),
+        )])
+        .unwrap();
+    }
+    let (count, bytes) = repo.event_window().unwrap();
+    let stored: u64 = repo
+        .engine()
+        .scan(gelstore::store::Table::Events, b"")
+        .map(|r| r.map(|(k, v)| (k.len() + v.len()) as u64).unwrap())
+        .sum();
+    assert_eq!(bytes, stored, "the window's bytes are the rows'");
+    assert!(bytes <= 20_000, "{bytes}");
+    assert!(count > 1 && count < 60, "{count}");
+    let kept: Vec<u64> = all_events(&repo).iter().map(|e| e.seq).collect();
+    assert_eq!(kept.last(), Some(&61));
+    assert_eq!(kept.len() as u64, count);
+    assert!(kept.windows(2).all(|w| w[1] == w[0] + 1), "{kept:?}");
+
+    // Below the newest event's own size, the window still keeps it.
+    repo.set_event_retention_bytes(1);
+    repo.apply(&[Write::create(THING, "one", thing(1))])
+        .unwrap();
+    let kept: Vec<u64> = all_events(&repo).iter().map(|e| e.seq).collect();
+    assert_eq!(kept, [62]);
+    drop(repo);
+
+    // A store written with a larger window: the reopened one, with a
+    // smaller count, prunes down at its first commit.
+    let mut repo = Repository::open(dir.path()).unwrap();
+    for i in 0..4 {
+        repo.apply(&[Write::create(THING, format!("z{i}"), thing(i))])
+            .unwrap();
+    }
+    repo.set_event_retention(2);
+    repo.apply(&[Write::create(THING, "last", thing(0))])
+        .unwrap();
+    let kept: Vec<u64> = all_events(&repo).iter().map(|e| e.seq).collect();
+    assert_eq!(kept, [66, 67]);
+    assert_eq!(repo.event_window().unwrap().0, 2);
+    repo.check().unwrap();
+}
+
+#[test]
 fn retention_keeps_the_last_events_and_flags_outdated_cursors() {
     let mut repo = new_repo();
     repo.set_event_retention(5);

@@ -91,6 +91,15 @@ pub struct ServeArgs {
     /// client's own); 0 ignores the header.
     #[arg(long, value_name = "N", default_value_t = 1, requires = "public_url")]
     trusted_proxies: usize,
+    /// How many of the latest `#commit` events subscribeRepos can replay
+    /// from a cursor (older ones are deleted; a consumer further behind
+    /// resyncs with getRepo).
+    #[arg(long, value_name = "N", default_value_t = crate::repo::events::DEFAULT_RETENTION, value_parser = clap::value_parser!(u64).range(1..))]
+    event_window: u64,
+    /// The most bytes of `#commit` events kept for replay, whatever their
+    /// number (the latest event is always kept).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::repo::events::DEFAULT_RETENTION_BYTES)]
+    event_window_bytes: u64,
 }
 
 fn parse_connections(s: &str) -> Result<usize, String> {
@@ -140,6 +149,7 @@ pub fn run(data: &Path, args: ServeArgs) -> Outcome {
         plc: args.plc,
         public_url: args.public_url,
         trusted_proxies: args.trusted_proxies,
+        event_window: (args.event_window, args.event_window_bytes),
         assistant: runner.map(|runner| server::AssistantOptions {
             runner,
             approve_tools: args.approve_tools,

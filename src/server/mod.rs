@@ -90,6 +90,9 @@ pub struct ServeOptions {
     /// they were reached from to `X-Forwarded-For` (the client is that
     /// many entries from its right end; 0: the connection's address).
     pub trusted_proxies: usize,
+    /// The `#commit` events kept for replay: at most this many, and at
+    /// most this many bytes of them.
+    pub event_window: (u64, u64),
     /// Run the assistant: the folder holds a device of the account, and
     /// pending replies are generated with this model command.
     pub assistant: Option<AssistantOptions>,
@@ -216,10 +219,12 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         _ => web_did.clone(),
     };
     let open_data = data.clone();
-    let repo = tokio::task::spawn_blocking(move || Repository::init_as(&open_data, &did))
+    let mut repo = tokio::task::spawn_blocking(move || Repository::init_as(&open_data, &did))
         .await
         .map_err(std::io::Error::other)?
         .map_err(Box::new)?;
+    repo.set_event_retention(options.event_window.0);
+    repo.set_event_retention_bytes(options.event_window.1);
     if !repo.is_writable() {
         return Err(ServeError::ReadOnly(data.display().to_string()));
     }
@@ -261,7 +266,12 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     let (store, assistant) = match options.assistant {
         None => (Store::Keyless(Box::new(repo)), None),
         Some(a) => {
-            let chats = open_chats(&data, repo).await?;
+            let mut chats = open_chats(&data, repo).await?;
+            // The device's own handle on the store keeps the same window.
+            chats.repo_mut().set_event_retention(options.event_window.0);
+            chats
+                .repo_mut()
+                .set_event_retention_bytes(options.event_window.1);
             // The MCP servers of the user's settings, as they are at start.
             let user_servers = chats
                 .settings()

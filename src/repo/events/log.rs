@@ -15,12 +15,15 @@ use crate::store::{Batch, Engine, Table};
 
 /// How many events a repository keeps by default. Frames are about 3–4 KB
 /// for one-record commits of sealed chat messages (the record, new MST
-/// nodes and the covering proofs; `cargo bench --bench events`), and sled
-/// takes about 3 times that on disk: `tests/repo_gc.rs` measures ~50 MB for
-/// a 5,000-event window against 2.6 MB for the repository itself, hence a
-/// window of 1,000 commits (~10 MB). A consumer further behind than that
-/// gets `OutdatedCursor` and resyncs with `getRepo`.
+/// nodes and the covering proofs; `cargo bench --bench events`), so the
+/// default window holds about 4 MB of rows. A consumer further behind than
+/// that gets `OutdatedCursor` and resyncs with `getRepo`.
 pub const DEFAULT_RETENTION: u64 = 1_000;
+
+/// The most bytes of rows a repository keeps by default, whatever their
+/// count: a frame may carry up to a 1 MB CAR, so a window bounded only by
+/// count could hold a gigabyte.
+pub const DEFAULT_RETENTION_BYTES: u64 = 32 * 1024 * 1024;
 
 pub(crate) const META_EVENT_SEQ: &[u8] = b"event_seq";
 
@@ -34,10 +37,14 @@ pub(crate) struct EventLog {
     last: u64,
     /// How many events are kept (at least 1).
     retention: u64,
-    /// Whether the next append must look for every row out of the window
-    /// (after opening, or after the retention was lowered), rather than
-    /// delete the one row that just fell out of it.
-    sweep: bool,
+    /// How many bytes of rows (key and value) are kept; the newest event is
+    /// kept whatever its size.
+    retention_bytes: u64,
+    /// The seq and row bytes of every stored event, oldest first, and their
+    /// total; `None` until read from the store (after opening), since a
+    /// store written with a larger window may hold more rows than this one
+    /// keeps.
+    window: Option<(VecDeque<(u64, u64)>, u64)>,
 }
 
 impl EventLog {
@@ -46,7 +53,8 @@ impl EventLog {
         EventLog {
             last: 0,
             retention: DEFAULT_RETENTION,
-            sweep: false,
+            retention_bytes: DEFAULT_RETENTION_BYTES,
+            window: Some((VecDeque::new(), 0)),
         }
     }
 
@@ -60,11 +68,11 @@ impl EventLog {
                     .map_err(|_| RepoError::Corrupt("the last event seq is not 8 bytes".into()))?,
             ),
         };
-        // The store may have been written with a larger retention.
         Ok(EventLog {
             last,
             retention: DEFAULT_RETENTION,
-            sweep: true,
+            retention_bytes: DEFAULT_RETENTION_BYTES,
+            window: None,
         })
     }
 
@@ -77,17 +85,64 @@ impl EventLog {
         self.retention
     }
 
+    pub fn retention_bytes(&self) -> u64 {
+        self.retention_bytes
+    }
+
     pub fn set_retention(&mut self, keep: u64) {
-        let keep = keep.max(1);
-        self.sweep |= keep < self.retention;
-        self.retention = keep;
+        self.retention = keep.max(1);
+    }
+
+    pub fn set_retention_bytes(&mut self, bytes: u64) {
+        self.retention_bytes = bytes;
+    }
+
+    /// The number and bytes of the rows stored, once known (after the first
+    /// append since opening, or from [`EventLog::window_size`]).
+    fn load_window(&mut self, engine: &dyn Engine) -> Result<(), RepoError> {
+        if self.window.is_none() {
+            let mut rows = VecDeque::new();
+            let mut total = 0;
+            for row in engine.scan(Table::Events, b"") {
+                let (key, value) = row?;
+                let bytes = row_bytes(value.len());
+                rows.push_back((parse_seq(&key)?, bytes));
+                total += bytes;
+            }
+            self.window = Some((rows, total));
+        }
+        Ok(())
+    }
+
+    /// How many events are stored and their bytes (keys and values).
+    pub fn window_size(&mut self, engine: &dyn Engine) -> Result<(u64, u64), RepoError> {
+        self.load_window(engine)?;
+        let (rows, total) = self.window.as_ref().map_or((0, 0), |(r, t)| (r.len(), *t));
+        Ok((rows as u64, total))
+    }
+
+    /// How many of the oldest rows fall out once a row of `bytes` is added
+    /// to `rows` (total `total`): past the count or the bytes, never the new one.
+    fn falling_out(&self, rows: &VecDeque<(u64, u64)>, total: u64, bytes: u64) -> usize {
+        let mut count = rows.len() as u64 + 1;
+        let mut total = total + bytes;
+        let mut out = 0;
+        for &(_, old) in rows {
+            if count <= self.retention && total <= self.retention_bytes {
+                break;
+            }
+            count -= 1;
+            total -= old;
+            out += 1;
+        }
+        out
     }
 
     /// Puts the commit's event, the new last seq and the pruning of events
     /// that fall out of the window into `batch`. Call
     /// [`committed`](Self::committed) once the batch is written.
     pub fn stage(
-        &self,
+        &mut self,
         engine: &dyn Engine,
         batch: &mut Batch,
         parts: &CommitEventParts<'_>,
@@ -98,32 +153,44 @@ impl EventLog {
             .ok_or_else(|| RepoError::Corrupt("event sequence numbers are exhausted".into()))?;
         let time = crate::model::now_datetime();
         let event = commit_frame(seq, &time, parts)?;
-        batch.put(Table::Events, seq.to_be_bytes(), encode_row(&event));
+        let row = encode_row(&event);
+        let bytes = row_bytes(row.len());
+        batch.put(Table::Events, seq.to_be_bytes(), row);
         batch.put(Table::Meta, META_EVENT_SEQ, seq.to_be_bytes());
-        // Keep seqs (seq - retention, seq]: one row falls out per append
-        // (a blind delete: no scan, whatever the engine), or after opening
-        // or lowering the retention, every row below the window.
-        let keep_from = seq.saturating_sub(self.retention) + 1;
-        if self.sweep {
-            for row in engine.scan(Table::Events, b"") {
-                let (key, _) = row?;
-                if parse_seq(&key)? >= keep_from {
-                    break;
-                }
-                batch.delete(Table::Events, key);
+        // Reading the window only learns what the store holds: harmless if
+        // this batch is never written.
+        self.load_window(engine)?;
+        if let Some((rows, total)) = &self.window {
+            // Blind deletes of the rows known to fall out: no scan.
+            for &(old, _) in rows.iter().take(self.falling_out(rows, *total, bytes)) {
+                batch.delete(Table::Events, old.to_be_bytes());
             }
-        } else if keep_from > 1 {
-            batch.delete(Table::Events, (keep_from - 1).to_be_bytes());
         }
         Ok(event)
     }
 
-    /// Records that the event `seq` staged by [`stage`](Self::stage) is
-    /// stored.
-    pub fn committed(&mut self, seq: u64) {
-        self.last = seq;
-        self.sweep = false;
+    /// Records that `event`, staged by [`stage`](Self::stage), is stored
+    /// (and the rows that fell out of the window with it are gone).
+    pub fn committed(&mut self, event: &RepoEvent) {
+        self.last = event.seq;
+        let bytes = row_bytes(1 + event.time.len().min(255) + event.frame.len());
+        let Some((rows, total)) = &self.window else {
+            return;
+        };
+        let out = self.falling_out(rows, *total, bytes);
+        if let Some((rows, total)) = &mut self.window {
+            for (_, old) in rows.drain(..out) {
+                *total -= old;
+            }
+            rows.push_back((event.seq, bytes));
+            *total += bytes;
+        }
     }
+}
+
+/// The bytes an events row takes, counted as its key and value.
+fn row_bytes(value_len: usize) -> u64 {
+    8 + value_len as u64
 }
 
 fn encode_row(event: &RepoEvent) -> Vec<u8> {

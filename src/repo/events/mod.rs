@@ -30,7 +30,8 @@
 //! Like the reference PDS: no cursor means live only (no backlog); a cursor
 //! `c` replays every retained event with `seq > c`, then continues live; a
 //! cursor past the last event is `FutureCursor`. Only the last
-//! [`DEFAULT_RETENTION`] events are kept (configurable per repository);
+//! [`DEFAULT_RETENTION`] events, and at most [`DEFAULT_RETENTION_BYTES`] of
+//! them, are kept (both configurable per repository);
 //! older rows are deleted in the batch that appends the new one, so the log
 //! is bounded. A cursor older than the retained window gets an
 //! `OutdatedCursor` info frame ([`info_frame`]) and then what is kept.
@@ -56,7 +57,7 @@ pub use self::frame::{
     CommitEvent, EventOp, Frame, MAX_FRAME_SIZE, OpAction, decode_frame, error_frame, info_frame,
     outdated_cursor_frame,
 };
-pub use self::log::{DEFAULT_RETENTION, Events};
+pub use self::log::{DEFAULT_RETENTION, DEFAULT_RETENTION_BYTES, Events};
 pub(crate) use self::log::{EventLog, oldest as log_oldest};
 pub use self::verify::{VerifiedCommit, VerifyEventError, verify_commit};
 

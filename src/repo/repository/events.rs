@@ -67,6 +67,25 @@ impl Repository {
         self.events.set_retention(keep);
     }
 
+    /// The most bytes of event rows kept
+    /// ([`events::DEFAULT_RETENTION_BYTES`] unless set).
+    pub fn event_retention_bytes(&self) -> u64 {
+        self.events.retention_bytes()
+    }
+
+    /// Keeps at most `bytes` of event rows (keys and values) from the next
+    /// commit on, whatever their count; the newest event is kept even when
+    /// it alone is larger. Older ones are deleted by the commits that follow.
+    pub fn set_event_retention_bytes(&mut self, bytes: u64) {
+        self.events.set_retention_bytes(bytes);
+    }
+
+    /// How many events are stored and the bytes of their rows (keys and
+    /// values): what the window costs before the engine's own overhead.
+    pub fn event_window(&mut self) -> Result<(u64, u64), RepoError> {
+        self.events.window_size(&*self.engine)
+    }
+
     /// The event log's part of [`check`](Self::check): the kept events are
     /// consecutive and end at the last seq handed out, and the last one is
     /// the head commit's (so no commit lacks its event).
@@ -117,7 +136,7 @@ impl Repository {
 #[allow(clippy::too_many_arguments)]
 pub(super) fn stage_commit_event<S: BlockSource>(
     engine: &dyn Engine,
-    log: &EventLog,
+    log: &mut EventLog,
     did: &str,
     batch: &mut Batch,
     tree: &Mst<S>,

@@ -512,7 +512,7 @@ impl Repository {
         let mut log = EventLog::new();
         let event = events::stage_commit_event(
             &*engine,
-            &log,
+            &mut log,
             &did,
             &mut batch,
             &mst,
@@ -532,7 +532,7 @@ impl Repository {
         batch.put(Table::Meta, META_RECORDS, 0u64.to_be_bytes());
         batch.put(Table::Meta, META_HEAD, commit_cid.to_bytes());
         engine.write(batch)?;
-        log.committed(event.seq);
+        log.committed(&event);
         Ok(Repository {
             engine,
             blocks,
@@ -845,7 +845,7 @@ impl Repository {
         // Issue 8: the commit's `#commit` event lands in the same batch.
         let event = events::stage_commit_event(
             &*self.engine,
-            &self.events,
+            &mut self.events,
             &self.did,
             &mut batch,
             &tree,
@@ -860,7 +860,7 @@ impl Repository {
         batch.put(Table::Meta, META_HEAD, commit_cid.to_bytes());
         batch.put(Table::Meta, META_RECORDS, records.to_be_bytes());
         self.engine.write(batch)?;
-        self.events.committed(event.seq);
+        self.events.committed(&event);
 
         let prev = self.head.commit;
         self.head = new_head;
