@@ -257,6 +257,33 @@ fn publish_resolve_and_pull_with_a_lock(peer: Peer) {
         json_of(&stdout(&unlocked))["changed"],
         json!(["chat.gel.assistant.defs"])
     );
+
+    // An NSID named on the command line, as `lex install` takes them.
+    let named = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "lex",
+        "pull",
+        "chat.gel.assistant.settings",
+        "--out",
+        named.path().to_str().unwrap(),
+        "--format",
+        "json",
+    ];
+    args.extend(with);
+    let got = json_of(&ok(&args));
+    assert!(
+        got["pulled"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("chat.gel.assistant.settings")),
+        "{got}"
+    );
+    assert!(
+        named
+            .path()
+            .join("chat/gel/assistant/settings.json")
+            .exists()
+    );
 }
 
 /// A breaking change is refused unless forced, and nothing is written.

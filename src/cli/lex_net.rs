@@ -59,8 +59,11 @@ pub struct ResolveArgs {
 
 #[derive(Args, Debug)]
 pub struct PullArgs {
-    /// The lexicons whose references to pull (files or folders).
-    #[arg(long, default_value = "lexicons", value_name = "DIR")]
+    /// NSIDs to pull (with what they reference).
+    pub nsids: Vec<String>,
+    /// Local lexicons whose references to pull (files or folders; default
+    /// `lexicons` when no NSID is given).
+    #[arg(long, value_name = "DIR")]
     pub lexicons: Vec<PathBuf>,
     /// Where the pulled lexicons and the lock file go.
     #[arg(long, value_name = "DIR")]
@@ -148,8 +151,13 @@ pub fn resolve(args: ResolveArgs) -> Outcome {
 pub fn pull(args: PullArgs) -> Outcome {
     finish((|| {
         let resolver = args.with.resolver()?;
-        let report =
-            lexnet::pull(&args.lexicons, &args.out, &resolver, args.locked).map_err(failure)?;
+        let paths = if args.lexicons.is_empty() && args.nsids.is_empty() {
+            vec![PathBuf::from("lexicons")]
+        } else {
+            args.lexicons.clone()
+        };
+        let report = lexnet::pull(&args.nsids, &paths, &args.out, &resolver, args.locked)
+            .map_err(failure)?;
         match args.format {
             Format::Human => {
                 for nsid in &report.pulled {

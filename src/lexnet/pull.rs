@@ -82,19 +82,25 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> LexNetError {
     }
 }
 
-/// Pulls what the lexicons of `paths` reference into `out`.
+/// Pulls `nsids` and what the lexicons of `paths` reference into `out`,
+/// with everything they reference in turn.
 pub fn pull(
+    nsids: &[String],
     paths: &[PathBuf],
     out: &Path,
     resolver: &Resolver,
     locked: bool,
 ) -> Result<PullReport, LexNetError> {
-    let (catalog, _) = Catalog::load_paths(paths).map_err(|e| LexNetError::Io {
-        what: "read the lexicons".into(),
-        reason: e.to_string(),
-    })?;
+    let (catalog, _) = if paths.is_empty() {
+        (Catalog::new(), Vec::new())
+    } else {
+        Catalog::load_paths(paths).map_err(|e| LexNetError::Io {
+            what: "read the lexicons".into(),
+            reason: e.to_string(),
+        })?
+    };
     let local: BTreeSet<String> = catalog.entries().map(|e| e.doc.id.clone()).collect();
-    let mut wanted: Vec<String> = Vec::new();
+    let mut wanted: Vec<String> = nsids.to_vec();
     for entry in catalog.entries() {
         let raw = gelstore_codegen::catalog::read_json(Path::new(&entry.file)).map_err(|e| {
             LexNetError::Io {
