@@ -403,15 +403,26 @@ impl Session {
         record: &Value,
         swap: cid::Cid,
     ) -> Result<String, SyncError> {
-        const METHOD: &str = "com.atproto.repo.putRecord";
+        self.put_json(collection, rkey, record, Value::String(swap.to_string()))
+    }
+
+    /// `com.atproto.repo.putRecord` as JSON, `swap_record` as given
+    /// (`null`: only if absent).
+    fn put_json(
+        &self,
+        collection: &str,
+        rkey: &str,
+        record: &Value,
+        swap_record: Value,
+    ) -> Result<String, SyncError> {
         let body = serde_json::json!({
             "repo": self.did,
             "collection": collection,
             "rkey": rkey,
             "record": record,
-            "swapRecord": swap.to_string(),
+            "swapRecord": swap_record,
         });
-        let result = self.post_json(METHOD, &body);
+        let result = self.post_json("com.atproto.repo.putRecord", &body);
         self.acknowledged(1, result)
     }
 
@@ -490,16 +501,7 @@ impl Session {
         rkey: &str,
         record: &Value,
     ) -> Result<String, SyncError> {
-        const METHOD: &str = "com.atproto.repo.putRecord";
-        let body = serde_json::json!({
-            "repo": self.did,
-            "collection": collection,
-            "rkey": rkey,
-            "record": record,
-            "swapRecord": null,
-        });
-        let result = self.post_json(METHOD, &body);
-        self.acknowledged(1, result)
+        self.put_json(collection, rkey, record, Value::Null)
     }
 
     /// POSTs `body` to XRPC `method` with the access token (through
