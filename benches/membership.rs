@@ -26,7 +26,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use gelstore::device::{self, Device, SealedWrite};
+use gelstore::device::{self, Device, SealedAction, SealedWrite};
 use gelstore::model::record_from_json;
 use gelstore::repo::tid::TidClock;
 use gelstore::seal::{
@@ -252,8 +252,7 @@ fn data_folder(root: &Path, devices: usize, chats: usize) -> (PathBuf, String) {
                 chat: rkey.clone(),
                 record: json!({"$type": CHAT, "createdAt": CREATED}),
                 content: json!({"title": format!("chat {rkey}"), "systemPrompt": "Be brief."}),
-                update: false,
-                swap: None,
+                action: SealedAction::Create,
                 blobs: Vec::new(),
             })
             .collect();

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use base64::Engine as _;
-use gelstore::device::{Device, DeviceError, SealedWrite};
+use gelstore::device::{Device, DeviceError, SealedAction, SealedWrite};
 use gelstore::lexicon::chat::gel::assistant::chat::{Chat, SealedFields};
 use gelstore::lexicon::chat::gel::assistant::defs::{
     PlainContent, PlainContentPartsItem, TextPart,
@@ -127,8 +127,7 @@ fn chat(rkey: &str, title: &str, prompt: &str) -> SealedWrite {
         chat: rkey.into(),
         record: serde_json::to_value(&record).unwrap(),
         content: serde_json::to_value(&fields).unwrap(),
-        update: false,
-        swap: None,
+        action: SealedAction::Create,
         blobs: Vec::new(),
     }
 }
@@ -164,8 +163,7 @@ fn message(did: &str, chat: &str, rkey: &str, words: &str) -> SealedWrite {
         chat: chat.into(),
         record: serde_json::to_value(&record).unwrap(),
         content: serde_json::to_value(&content).unwrap(),
-        update: false,
-        swap: None,
+        action: SealedAction::Create,
         blobs: Vec::new(),
     }
 }
@@ -486,7 +484,7 @@ fn plaintext_and_secrets_never_reach_the_repository() {
         .unwrap();
         // An edit is sealed again (fresh nonce), and replaces the record.
         let mut edit = message(&did, "3lchataaaaaa2", "3lmsgaaaaaaa2", markers[3]);
-        edit.update = true;
+        edit.action = SealedAction::Update { swap: None };
         dev.apply_sealed(&[edit], &mut rng).unwrap();
         assert_eq!(message_text(&dev, "3lmsgaaaaaaa2").unwrap(), markers[3]);
         let (car, _) = dev.repo().export(Vec::new(), None).unwrap();

@@ -4,7 +4,7 @@
 //! `self`, which no chat's TID key can be).
 
 use super::store::{ChatStore, ChatStoreError};
-use crate::device::SealedWrite;
+use crate::device::{SealedAction, SealedWrite};
 use crate::lexicon::chat::gel::assistant::settings::{SealedFields, Settings};
 use crate::lexicon::support::Validate;
 use crate::model::Cid;
@@ -111,8 +111,10 @@ impl ChatStore {
                 .map_err(|e| invalid("settings", e.to_string()))?,
             content: serde_json::to_value(sealed)
                 .map_err(|e| invalid("sealed settings", e.to_string()))?,
-            update: previous.is_some(),
-            swap: previous,
+            action: match previous {
+                Some(cid) => SealedAction::Update { swap: Some(cid) },
+                None => SealedAction::Create,
+            },
             blobs: Vec::new(),
         };
         self.device_mut().apply_sealed(&[write], &mut os_rng())?;

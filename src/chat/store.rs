@@ -36,7 +36,7 @@ use super::record::{ChatRecord, pending_reply, requested_reply, user_message};
 use super::reply::FinishedReply;
 use super::run::{begin_reply, settle_answer};
 use super::thread::Thread;
-use crate::device::{Device, DeviceError, SealedWrite};
+use crate::device::{Device, DeviceError, SealedAction, SealedWrite};
 use crate::lexicon::chat::gel::assistant::chat::{Chat, SealedFields};
 use crate::lexicon::chat::gel::assistant::defs::{
     GenerationRequest, ModelRef, PlainContent, PlainContentPartsItem, TextPart, ToolApprovalPart,
@@ -368,8 +368,7 @@ impl ChatStore {
             chat: rkey.clone(),
             record: to_json("chat", &record)?,
             content: to_json("chat fields", &fields)?,
-            update: false,
-            swap: None,
+            action: SealedAction::Create,
             blobs: Vec::new(),
         })?;
         Ok(rkey)
@@ -507,8 +506,7 @@ impl ChatStore {
             chat: chat.to_string(),
             record: to_json("message", &record)?,
             content: to_json("message content", &content)?,
-            update: false,
-            swap: None,
+            action: SealedAction::Create,
             blobs: Vec::new(),
         }];
         // Asked for, the pending reply lands in the same commit.
@@ -606,8 +604,9 @@ impl ChatStore {
                     chat: pending.chat.clone(),
                     record: to_json("reply", &record)?,
                     content: to_json("reply content", &finished.content)?,
-                    update: true,
-                    swap: Some(pending.cid),
+                    action: SealedAction::Update {
+                        swap: Some(pending.cid),
+                    },
                     blobs: finished.blobs.iter().map(|b| b.seal.clone()).collect(),
                 }],
                 &mut os_rng(),
@@ -1087,8 +1086,7 @@ fn pending_write(key: &ReplyKey, chat: &str, record: &Message) -> Result<SealedW
         chat: chat.to_string(),
         record: value,
         content: Value::Object(Default::default()),
-        update: false,
-        swap: None,
+        action: SealedAction::Create,
         blobs: Vec::new(),
     })
 }

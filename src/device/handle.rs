@@ -68,14 +68,21 @@ pub struct SealedWrite {
     /// What to seal, as atproto JSON (a `plainContent` for a message, the
     /// `sealedFields` for a chat).
     pub content: Value,
-    /// Create the record (the key must be free), or replace it.
-    pub update: bool,
-    /// With `update`: the CID the record must have now (compare-and-swap);
-    /// `None` replaces whatever is there.
-    pub swap: Option<crate::model::Cid>,
+    /// Create it, or replace it.
+    pub action: SealedAction,
     /// The sealed blobs `content` references (already stored): their keys
     /// are sealed with it, their CIDs and sizes bound in the clear.
     pub blobs: Vec<crate::seal::BlobSeal>,
+}
+
+/// What a sealed write does at its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SealedAction {
+    /// Create the record: the key must be free.
+    Create,
+    /// Replace it; with `swap`, only if its CID is that one now
+    /// (compare-and-swap), else whatever is there.
+    Update { swap: Option<crate::model::Cid> },
 }
 
 /// A device record and what the keyring says of it.
@@ -336,15 +343,14 @@ impl Device {
             )?;
             let value =
                 ipld_to_json(&sealed).map_err(|e| SealError::malformed("record", e.to_string()))?;
-            writes.push(if item.update {
-                Write::Update {
+            writes.push(match item.action {
+                SealedAction::Update { swap } => Write::Update {
                     collection: item.collection.clone(),
                     rkey: item.rkey.clone(),
                     value,
-                    swap: item.swap,
-                }
-            } else {
-                Write::create(&item.collection, &item.rkey, value)
+                    swap,
+                },
+                SealedAction::Create => Write::create(&item.collection, &item.rkey, value),
             });
         }
         let mut all = wrap_writes(&wraps, &mut TidClock::new())?;

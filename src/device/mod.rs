@@ -52,7 +52,7 @@ pub mod reseal;
 pub mod state;
 
 pub use self::error::DeviceError;
-pub use self::handle::{Device, DeviceListing, DeviceStatus, SealedWrite};
+pub use self::handle::{Device, DeviceListing, DeviceStatus, SealedAction, SealedWrite};
 pub use self::lifecycle::{remove, resolve};
 pub use self::pairing::{
     ApproveOutcome, InitOutcome, JoinOutcome, PairOutcome, approve, init, join, join_synced, pair,
