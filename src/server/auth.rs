@@ -23,6 +23,20 @@ pub const ACCESS_SCOPE: &str = "com.atproto.access";
 pub const REFRESH_SCOPE: &str = "com.atproto.refresh";
 
 const ACCESS_SECS: u64 = 2 * 60 * 60;
+/// Sets a shorter access-token lifetime in seconds (1 to the default), so
+/// tests see a session expire; read once.
+pub const ACCESS_ENV: &str = "GELSTORE_ACCESS_TOKEN_SECS";
+
+fn access_secs() -> u64 {
+    static SECS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *SECS.get_or_init(|| {
+        std::env::var(ACCESS_ENV)
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok())
+            .filter(|s| (1..=ACCESS_SECS).contains(s))
+            .unwrap_or(ACCESS_SECS)
+    })
+}
 /// The lifetime of a refresh token.
 pub const REFRESH_SECS: u64 = 90 * 24 * 60 * 60;
 
@@ -84,7 +98,7 @@ impl TokenKeys {
             sub: did.into(),
             aud: self.audience.clone(),
             iat,
-            exp: iat + ACCESS_SECS,
+            exp: iat + access_secs(),
             jti: None,
         };
         self.sign("at+jwt", &claims)

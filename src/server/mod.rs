@@ -19,6 +19,7 @@
 //! | `ratelimit` | failed password attempts (createSession), limited per address (the reference's figures) and per account |
 //! | `firehose` | `subscribeRepos`: the `#commit` event log over a websocket |
 //! | `running` | `serve.json`: tells other `gelstore` commands a server holds the folder |
+//! | `web` | the chat page at `/` (the built `web/app/dist/` assets, compiled in) with its Content-Security-Policy |
 
 mod account;
 mod assistant;
@@ -35,6 +36,7 @@ mod routes;
 pub mod running;
 mod sessions;
 mod state;
+mod web;
 mod xrpc;
 
 use std::net::SocketAddr;
@@ -325,6 +327,10 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         .route("/.well-known/did.json", get(did_json))
         .route("/.well-known/atproto-did", get(atproto_did))
         .route("/xrpc/_health", get(health))
+        .route("/", get(web::index))
+        .route("/index.html", get(web::index))
+        .route("/app.js", get(web::app_js))
+        .route("/app.css", get(web::app_css))
         .route("/{did}", get(plc_style_did))
         .fallback(not_found)
         .with_state(state.clone());

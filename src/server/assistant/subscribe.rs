@@ -48,11 +48,15 @@ pub async fn subscribe_reply(
 ) -> Response {
     match open(&state, query.as_deref(), &headers) {
         Ok((assistant, reply, cursor)) => match ws {
-            Ok(ws) => ws.on_upgrade(move |socket| async move {
-                if let Err(e) = stream(state, assistant, socket, reply, cursor).await {
-                    tracing::debug!("subscribeReply ended: {e}");
-                }
-            }),
+            // A browser client offers this protocol next to its token (see
+            // `bearer_protocol`); the handshake must name one it offered.
+            Ok(ws) => ws
+                .protocols([SUBPROTOCOL])
+                .on_upgrade(move |socket| async move {
+                    if let Err(e) = stream(state, assistant, socket, reply, cursor).await {
+                        tracing::debug!("subscribeReply ended: {e}");
+                    }
+                }),
             Err(e) => XrpcError::invalid_request(format!(
                 "subscribeReply is a websocket subscription: {e}"
             ))
@@ -75,7 +79,12 @@ fn open(
             .into();
         return Err(e);
     };
-    crate::server::routes::require_access_in(state, headers)?;
+    match bearer_protocol(headers) {
+        Some(token) if !headers.contains_key(axum::http::header::AUTHORIZATION) => {
+            crate::server::routes::require_access_token(state, token)?
+        }
+        _ => crate::server::routes::require_access_in(state, headers)?,
+    }
     let params = crate::server::xrpc::parse_query(query.unwrap_or(""))?;
     let param = |name: &str| {
         params
@@ -99,6 +108,24 @@ fn open(
             .map_err(|_| XrpcError::invalid_request("cursor must be a non-negative integer"))?,
     };
     Ok((assistant, reply, cursor))
+}
+
+/// The subprotocol a browser offers with its token (the server answers with it).
+pub const SUBPROTOCOL: &str = "chat.gel.assistant.subscribeReply";
+
+/// The access token a browser sends as the subprotocol `bearer.<token>`:
+/// a browser's `WebSocket` cannot set an `Authorization` header, and a
+/// token in the URL would land in logs and history. (The same shape as
+/// Kubernetes' `base64url.bearer.authorization.k8s.io.` protocol; a JWT is
+/// base64url and dots, which a protocol token may hold.)
+fn bearer_protocol(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get_all(axum::http::header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(|p| p.trim().strip_prefix("bearer."))
+        .filter(|t| !t.is_empty())
 }
 
 /// What the record of a reply says, when no run here has it.

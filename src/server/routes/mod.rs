@@ -7,7 +7,7 @@ mod repo;
 mod server;
 mod sync;
 
-pub use self::server::require_access_in;
+pub use self::server::{require_access_in, require_access_token};
 
 use std::sync::Arc;
 

@@ -196,7 +196,13 @@ pub fn require_access(state: &AppState, req: &Request) -> Result<(), XrpcError> 
 /// [`require_access`] for a request that is not an XRPC [`Request`] (a
 /// subscription's upgrade).
 pub fn require_access_in(state: &AppState, headers: &HeaderMap) -> Result<(), XrpcError> {
-    let claims = state.tokens.verify(bearer(headers)?, ACCESS_SCOPE)?;
+    require_access_token(state, bearer(headers)?)
+}
+
+/// [`require_access`] for a token that came another way (a websocket
+/// subprotocol).
+pub fn require_access_token(state: &AppState, token: &str) -> Result<(), XrpcError> {
+    let claims = state.tokens.verify(token, ACCESS_SCOPE)?;
     if claims.sub != state.did {
         return Err(XrpcError::invalid_token("Token is for another account"));
     }
