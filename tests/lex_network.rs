@@ -402,3 +402,179 @@ on_both_peers!(
     a_breaking_publish_is_refused_unless_forced,
     missing_and_tampered_schemas_are_named,
 );
+
+/// What the hostile PDS below serves for `getRecord`.
+#[derive(Clone, Copy, PartialEq)]
+enum Serve {
+    /// The proof as the repository makes it.
+    Honest,
+    /// One byte of the schema record changed.
+    Altered,
+    /// The proof, but its DID document names another key.
+    OtherKey,
+    /// The commit and tree without the record block.
+    WithoutRecord,
+}
+
+/// A PDS an attacker controls, on loopback: a did:web whose document and
+/// `com.atproto.sync.getRecord` it serves itself, from a repository it
+/// signed; told what to tamper with.
+struct HostilePds {
+    did: String,
+    mode: std::sync::Arc<std::sync::Mutex<Serve>>,
+}
+
+impl HostilePds {
+    fn start(nsid: &str, schema: &Value) -> HostilePds {
+        use gelstore::repo::keys::{KeyAlgorithm, SigningKey};
+        use gelstore::repo::repository::{Repository, Write};
+        use std::io::{BufRead, BufReader, Write as _};
+
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let did = format!("did:web:localhost%3A{port}");
+        let key = SigningKey::generate(KeyAlgorithm::K256).unwrap();
+        let other = SigningKey::generate(KeyAlgorithm::K256).unwrap();
+        let engine = std::sync::Arc::new(gelstore::store::MemoryEngine::new());
+        let mut repo = Repository::init_engine_as(engine, key.clone(), did.clone()).unwrap();
+        let mut record = schema.clone();
+        record["$type"] = json!("com.atproto.lexicon.schema");
+        repo.apply(&[Write::create("com.atproto.lexicon.schema", nsid, record)])
+            .unwrap();
+        let path = format!("com.atproto.lexicon.schema/{nsid}");
+        let head = repo.head().commit;
+        let proof = gelstore::repo::proof::record_proof(repo.mst().store(), head, &path).unwrap();
+        let record_cid = repo
+            .get_cid("com.atproto.lexicon.schema", nsid)
+            .unwrap()
+            .unwrap();
+        let car = gelstore::repo::car::Car::from_slice(&proof).unwrap();
+        let block = car.get(&record_cid).unwrap();
+        // The record's CAR section: varint length, CID, block.
+        let mut section = record_cid.to_bytes();
+        section.extend_from_slice(block);
+        let start = proof
+            .windows(section.len())
+            .position(|w| w == section.as_slice())
+            .unwrap();
+        // A byte inside the description text: the block still decodes,
+        // but no longer hashes to the CID the tree names.
+        let mut altered = proof.clone();
+        let text = block.windows(5).position(|w| w == b"Made ").unwrap();
+        altered[start + section.len() - block.len() + text] ^= 0x20;
+        let mut varint = Vec::new();
+        let mut n = section.len();
+        loop {
+            let byte = (n & 0x7f) as u8;
+            n >>= 7;
+            varint.push(if n == 0 { byte } else { byte | 0x80 });
+            if n == 0 {
+                break;
+            }
+        }
+        assert_eq!(&proof[start - varint.len()..start], varint.as_slice());
+        let mut without = proof[..start - varint.len()].to_vec();
+        without.extend_from_slice(&proof[start + section.len()..]);
+
+        let mode = std::sync::Arc::new(std::sync::Mutex::new(Serve::Honest));
+        let shared = mode.clone();
+        let doc_did = did.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let mut line = String::new();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                if reader.read_line(&mut line).is_err() {
+                    continue;
+                }
+                loop {
+                    let mut header = String::new();
+                    if reader.read_line(&mut header).unwrap_or(0) == 0 || header == "\r\n" {
+                        break;
+                    }
+                }
+                let mode = *shared.lock().unwrap();
+                let signer = if mode == Serve::OtherKey {
+                    &other
+                } else {
+                    &key
+                };
+                let (kind, body) = if line.contains("/.well-known/did.json") {
+                    let doc = json!({
+                        "id": doc_did,
+                        "verificationMethod": [{
+                            "id": format!("{doc_did}#atproto"),
+                            "type": "Multikey",
+                            "controller": doc_did,
+                            "publicKeyMultibase": signer.public_key().to_multikey(),
+                        }],
+                        "service": [{
+                            "id": "#atproto_pds",
+                            "type": "AtprotoPersonalDataServer",
+                            "serviceEndpoint": format!("http://localhost:{port}"),
+                        }],
+                    });
+                    ("application/json", serde_json::to_vec(&doc).unwrap())
+                } else {
+                    let car = match mode {
+                        Serve::Altered => altered.clone(),
+                        Serve::WithoutRecord => without.clone(),
+                        Serve::Honest | Serve::OtherKey => proof.clone(),
+                    };
+                    ("application/vnd.ipld.car", car)
+                };
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = stream.write_all(&body);
+            }
+        });
+        HostilePds { did, mode }
+    }
+
+    fn serve(&self, mode: Serve) {
+        *self.mode.lock().unwrap() = mode;
+    }
+}
+
+/// The schema comes from a PDS the attacker runs: what it serves must be
+/// what the DID's key signed, whole, or it is refused by name.
+#[test]
+fn a_schema_the_did_did_not_sign_is_refused() {
+    let nsid = "com.example.lex.thing";
+    let schema = json!({
+        "lexicon": 1,
+        "id": nsid,
+        "description": "Made for the attack test.",
+        "defs": {"main": {"type": "record", "key": "tid", "record": {"type": "object", "properties": {}}}},
+    });
+    let pds = HostilePds::start(nsid, &schema);
+    let dns = common_dns::start(
+        "com.",
+        &[("_lexicon.lex.example.com", &format!("did={}", pds.did))],
+    );
+    let addr = dns.addr.to_string();
+    let resolve = || run(&["lex", "resolve", nsid, "--dns", &addr, "--format", "json"]);
+
+    let honest = resolve();
+    assert!(honest.status.success(), "{}", stderr(&honest));
+    assert_eq!(json_of(&stdout(&honest))["schema"], schema);
+
+    for (mode, says) in [
+        (Serve::Altered, "does not match its CID"),
+        (Serve::OtherKey, "bad signature"),
+        (Serve::WithoutRecord, "the proof lacks the record's block"),
+    ] {
+        pds.serve(mode);
+        let out = resolve();
+        assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+        let err = stderr(&out);
+        assert!(
+            err.contains("fails verification") && err.contains(says),
+            "{err}"
+        );
+        assert!(stdout(&out).is_empty());
+    }
+}
