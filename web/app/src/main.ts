@@ -14,6 +14,7 @@ import { Client, SessionEnded, Unreachable, XrpcError, createSession, type Sessi
 import { nextTid } from "./tid.js";
 import { CHAT, MESSAGE, branch, buildThread, openMessage, pendingCalls, type Msg, type Thread } from "./thread.js";
 import { subscribeReply, type ReplyEvent } from "./stream.js";
+import { OutputProblem, SHOWN_CHARS, blobCid, sealFor, wholeOutput } from "./output.js";
 
 const DEVICE = "chat.gel.assistant.device";
 const TEXT_PART = "chat.gel.assistant.defs#textPart";
@@ -40,6 +41,8 @@ const app = {
   chosen: new Map<string, number>(),
   live: undefined as Live | undefined,
   pairTimer: undefined as number | undefined,
+  /** Whole tool outputs opened in this chat, by blob CID (kept across re-renders). */
+  outputs: new Map<string, { text: string; url: string }>(),
 };
 
 // ---- messages to the user -------------------------------------------------
@@ -84,7 +87,10 @@ function showSignIn(message = ""): void {
   show("signin");
   $("signin-error").textContent = message;
   $("signout").hidden = true;
-  $<HTMLInputElement>("handle").focus();
+  // After a reload the form is new: the session that ended still names the account.
+  const handle = $<HTMLInputElement>("handle");
+  if (handle.value === "" && app.client) handle.value = app.client.session.handle;
+  (handle.value === "" ? handle : $<HTMLInputElement>("password")).focus();
 }
 
 async function onSignIn(ev: Event): Promise<void> {
@@ -129,6 +135,7 @@ async function signOut(): Promise<void> {
   app.client = undefined;
   app.keyring = undefined;
   stopLive();
+  forgetOutputs();
   await db.del("session");
   if (c) await fetch("/xrpc/com.atproto.server.deleteSession", { method: "POST", headers: { authorization: `Bearer ${c.session.refreshJwt}` } }).catch(() => undefined);
   $("chat-list").replaceChildren();
@@ -305,6 +312,7 @@ async function openChat(key: string): Promise<void> {
   if (app.chat !== key) {
     stopLive();
     app.chosen.clear();
+    forgetOutputs();
   }
   app.chat = key;
   for (const b of document.querySelectorAll<HTMLElement>(".chat-link")) {
@@ -387,7 +395,7 @@ function renderBody(m: Msg): HTMLElement {
       `It may have been changed on the server, or sealed with a key this browser does not hold (${m.unopened.message}).`,
     );
   }
-  const parts = ((m.content?.parts ?? []) as Record<string, unknown>[]).map(renderPart);
+  const parts = ((m.content?.parts ?? []) as Record<string, unknown>[]).map((p) => renderPart(p, m));
   const error = m.content?.error as { code?: string; message?: string } | undefined;
   if (error) parts.push(h("p", { class: "error" }, `The reply ended with an error: ${error.code ?? ""}${error.message ? ` — ${error.message}` : ""}`));
   if (m.status === "pending") parts.push(h("p", { class: "muted" }, "Waiting for the assistant…"));
@@ -395,7 +403,7 @@ function renderBody(m: Msg): HTMLElement {
   return h("div", { class: "body" }, ...parts);
 }
 
-function renderPart(p: Record<string, unknown>): HTMLElement {
+function renderPart(p: Record<string, unknown>, m: Msg): HTMLElement {
   const text = (v: unknown) => (typeof v === "string" ? v : "");
   switch (p.$type) {
     case TEXT_PART:
@@ -409,8 +417,11 @@ function renderPart(p: Record<string, unknown>): HTMLElement {
         h("div", {}, "Tool call ", h("code", {}, text(p.name)), p.approval ? ` (${text(p.approval)})` : ""),
         h("pre", {}, prettyJson(text(p.arguments))),
       );
-    case "chat.gel.assistant.defs#toolResultPart":
-      return h("div", { class: "tool" }, h("div", {}, `Result${p.outcome ? ` (${text(p.outcome)})` : ""}${p.isError ? ", an error" : ""}`), h("pre", {}, text(p.output)));
+    case "chat.gel.assistant.defs#toolResultPart": {
+      const head = h("div", {}, `Result${p.outcome ? ` (${text(p.outcome)})` : ""}${p.isError ? ", an error" : ""}`);
+      if (p.outputBlob === undefined) return h("div", { class: "tool" }, head, h("pre", {}, text(p.output)));
+      return h("div", { class: "tool" }, head, renderWholeOutput(p, m));
+    }
     case "chat.gel.assistant.defs#toolApprovalPart":
       return h("p", { class: "muted" }, `${p.decision === "approved" ? "Allowed" : "Denied"} call ${text(p.callId)}${p.reason ? `: ${text(p.reason)}` : ""}`);
     case "chat.gel.assistant.defs#sourcePart":
@@ -421,6 +432,66 @@ function renderPart(p: Record<string, unknown>): HTMLElement {
     default:
       return h("p", { class: "muted" }, `A part this page does not show (${text(p.$type)}).`);
   }
+}
+
+// A result whose whole output is a sealed blob: the start the part keeps,
+// and a control that fetches, checks and opens the blob here.
+function renderWholeOutput(p: Record<string, unknown>, m: Msg): HTMLElement {
+  const cid = blobCid(p.outputBlob)?.toString() ?? "";
+  const box = h("div", { class: "whole", "data-cid": cid });
+  const opened = app.outputs.get(cid);
+  if (opened) {
+    box.append(...wholeOutputView(opened, p));
+    return box;
+  }
+  const status = h("p", { class: "muted output-status", role: "status" });
+  const button = h("button", { type: "button", class: "show-output" }, "Show the whole output") as HTMLButtonElement;
+  button.addEventListener("click", () => {
+    button.disabled = true;
+    status.className = "muted output-status";
+    status.textContent = "Fetching and opening the whole output…";
+    void (async () => {
+      try {
+        const seal = sealFor(p.outputBlob, m.blobs ?? []);
+        const text = await wholeOutput(app.client!.session.did, seal);
+        const type = p.outputFormat === "json" ? "application/json" : "text/plain;charset=utf-8";
+        const entry = { text, url: URL.createObjectURL(new Blob([text], { type })) };
+        app.outputs.set(cid, entry);
+        box.replaceChildren(...wholeOutputView(entry, p));
+        box.querySelector<HTMLElement>("pre")?.focus();
+      } catch (e) {
+        button.disabled = false;
+        status.className = "error output-problem";
+        status.setAttribute("role", "alert");
+        status.textContent = e instanceof OutputProblem ? e.message : explain(e);
+      }
+    })();
+  });
+  const start = typeof p.output === "string" ? p.output : "";
+  box.append(h("pre", { class: "output-start", tabindex: "0" }, start), h("div", { class: "row" }, button), status);
+  return box;
+}
+
+function wholeOutputView(opened: { text: string; url: string }, p: Record<string, unknown>): HTMLElement[] {
+  const bytes = new TextEncoder().encode(opened.text).length;
+  // A page holding megabytes of text in one element stops scrolling smoothly:
+  // show the start, and the whole of it is one download away.
+  const cut = opened.text.length > SHOWN_CHARS;
+  const name = `${typeof p.callId === "string" ? p.callId.replace(/[^A-Za-z0-9_-]/g, "_") : "tool"}-output.${p.outputFormat === "json" ? "json" : "txt"}`;
+  return [
+    h("pre", { class: "whole-output", tabindex: "0" }, cut ? opened.text.slice(0, SHOWN_CHARS) : opened.text),
+    h(
+      "p",
+      { class: "muted" },
+      cut ? `The first ${SHOWN_CHARS.toLocaleString("en")} characters of ${opened.text.length.toLocaleString("en")} are shown. ` : `The whole output (${bytes.toLocaleString("en")} bytes), opened in this browser. `,
+      h("a", { href: opened.url, download: name, class: "download-output" }, `Download it (${bytes.toLocaleString("en")} bytes)`),
+    ),
+  ];
+}
+
+function forgetOutputs(): void {
+  for (const o of app.outputs.values()) URL.revokeObjectURL(o.url);
+  app.outputs.clear();
 }
 
 function prettyJson(s: string): string {

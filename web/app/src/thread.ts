@@ -4,7 +4,7 @@
 // Replies are ordered by attempt number, never by key ('.r10' sorts
 // before '.r2').
 
-import { fromJson, openRecord, SealError, type KeyLookup, type DataMap } from "@gelstore/seal";
+import { fromJson, openRecord, SealError, type BlobSeal, type KeyLookup, type DataMap } from "@gelstore/seal";
 
 export const MESSAGE = "chat.gel.assistant.message";
 export const CHAT = "chat.gel.assistant.chat";
@@ -20,6 +20,8 @@ export interface Msg {
   reply?: { of: string; attempt: number };
   /** The opened content; `{}` for a pending reply's authenticator. */
   content?: DataMap;
+  /** The blobs the envelope lists, with their keys (from the opened frame). */
+  blobs?: BlobSeal[];
   /** Why it did not open (kind and message), if it did not. */
   unopened?: { kind: string; message: string };
   /** What the server said of it (`state` of getThread), if anything. */
@@ -36,7 +38,9 @@ export function openMessage(did: string, item: { uri: string; cid: string; value
   const r = REPLY_KEY.exec(key);
   if (r) m.reply = { of: r[1]!, attempt: Number(r[2]) };
   try {
-    m.content = openRecord(fromJson(item.value), { did, collection: MESSAGE, rkey: key }, keys).content;
+    const opened = openRecord(fromJson(item.value), { did, collection: MESSAGE, rkey: key }, keys);
+    m.content = opened.content;
+    m.blobs = opened.blobs;
   } catch (e) {
     m.unopened = e instanceof SealError ? { kind: e.kind, message: e.message } : { kind: "Error", message: String(e) };
   }

@@ -5,7 +5,8 @@
 //
 //   {"do":"goto","url":U}  {"do":"type","sel":S,"text":T}  {"do":"click","sel":S}
 //   {"do":"press","sel":S,"key":K,"mods":["Control"]}  {"do":"waitText","sel":S,"text":T,"timeout":MS}
-//   {"do":"text","sel":S}  {"do":"value","sel":S}  {"do":"count","sel":S}
+//   {"do":"text","sel":S}  {"do":"text","sel":S,"raw":true} (textContent, exact)  {"do":"attr","sel":S,"name":N}
+//   {"do":"value","sel":S}  {"do":"count","sel":S}
 //   {"do":"viewport","width":W,"height":H}  {"do":"screenshot","path":P}
 //   {"do":"log"}: every request URL, websocket URL and frame count, console errors
 //   {"do":"close"}
@@ -79,7 +80,10 @@ async function run(c) {
       }
     }
     case "text":
+      if (c.raw) return { text: await page.$eval(c.sel, (el) => el.textContent) };
       return { text: (await textsOf(c.sel))[0] ?? null };
+    case "attr":
+      return { value: await page.$eval(c.sel, (el, name) => el.getAttribute(name), c.name) };
     case "value":
       return { value: await page.$eval(c.sel, (el) => el.value) };
     case "count":
