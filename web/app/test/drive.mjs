@@ -9,6 +9,7 @@
 //   {"do":"value","sel":S}  {"do":"count","sel":S}
 //   {"do":"viewport","width":W,"height":H}  {"do":"screenshot","path":P}
 //   {"do":"log"}: every request URL, websocket URL and frame count, console errors
+//   {"do":"marks","clear":B}: the page's performance marks and measures named gel:* (cleared after if B)
 //   {"do":"close"}
 //
 // A failed command answers {"ok":false,"error":…} and saves a screenshot
@@ -94,6 +95,18 @@ async function run(c) {
     case "screenshot":
       await page.screenshot({ path: c.path, fullPage: c.fullPage ?? false });
       return {};
+    case "marks":
+      return {
+        marks: await page.evaluate((clear) => {
+          const pick = (e) => ({ name: e.name, type: e.entryType, start: e.startTime, duration: e.duration, detail: e.detail ?? null });
+          const out = [...performance.getEntriesByType("mark"), ...performance.getEntriesByType("measure")].filter((e) => e.name.startsWith("gel:")).map(pick);
+          if (clear) {
+            performance.clearMarks();
+            performance.clearMeasures();
+          }
+          return out;
+        }, Boolean(c.clear)),
+      };
     case "log":
       return { requests, sockets, frames, consoleErrors };
     default:
