@@ -3549,7 +3549,7 @@
       const obj = json;
       const keys = Object.keys(obj);
       if (keys.length === 1 && keys[0] === "$bytes" && typeof obj.$bytes === "string") {
-        return base64.baseDecode(obj.$bytes.replace(/=+$/, ""));
+        return decodeBase64(obj.$bytes.replace(/=+$/, ""));
       }
       if (keys.length === 1 && keys[0] === "$link" && typeof obj.$link === "string") {
         return CID.parse(obj.$link);
@@ -3559,6 +3559,19 @@
       return out;
     }
     throw malformed("record", `a ${typeof json} is not in the data model`);
+  }
+  var BASE64 = /^[A-Za-z0-9+/]*$/;
+  var BASE64_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  function decodeBase64(s) {
+    const rest = s.length % 4;
+    const last2 = rest === 0 ? 0 : BASE64_DIGITS.indexOf(s[s.length - 1]);
+    if (!BASE64.test(s) || rest === 1 || rest === 2 && (last2 & 15) !== 0 || rest === 3 && (last2 & 3) !== 0) {
+      throw malformed("record", "a $bytes value that is not unpadded standard base64");
+    }
+    const binary = atob(s);
+    const out = new Uint8Array(binary.length);
+    for (let i = 0; i < binary.length; i++) out[i] = binary.charCodeAt(i);
+    return out;
   }
   function toJson(v) {
     if (v instanceof Uint8Array) return { $bytes: base64.baseEncode(v) };
@@ -4639,6 +4652,16 @@
   function recordKey(chatSecret, alg, keyId) {
     return hkdf(sha256, chatSecret, void 0, concatBytes(field(RECORD_KEY_LABEL), field(alg), field(keyId)), 32);
   }
+  var derived = /* @__PURE__ */ new WeakMap();
+  function cachedRecordKey(key, alg) {
+    let byName = derived.get(key.secret);
+    if (!byName) derived.set(key.secret, byName = /* @__PURE__ */ new Map());
+    const name = `${alg}
+${key.keyId}`;
+    let k = byName.get(name);
+    if (!k) byName.set(name, k = recordKey(key.secret, alg, key.keyId));
+    return k;
+  }
   function recordParts(record) {
     if (!isMap(record)) throw malformed("record", "not a map");
     const t = record.$type;
@@ -4673,7 +4696,7 @@
     const frame = encodeFrame(contentBytes, blobs.map((b) => b.key), padding, MAX_FRAME);
     const nonce = (options.random ?? osRandom)(NONCE_LEN);
     const aad = recordAad(SEAL_ALG_V1, key.keyId, nonce, "", ctx, bindings);
-    const ciphertext = xchacha20poly1305(recordKey(key.secret, SEAL_ALG_V1, key.keyId), nonce, aad).encrypt(frame);
+    const ciphertext = xchacha20poly1305(cachedRecordKey(key, SEAL_ALG_V1), nonce, aad).encrypt(frame);
     const envelope = { alg: SEAL_ALG_V1, keyId: key.keyId, nonce, ciphertext, blobs: bindings, typed: false };
     return { ...map, [fieldName]: envelopeValue(envelope) };
   }
@@ -4695,7 +4718,7 @@
     const aad = recordAad(env.alg, env.keyId, env.nonce, envelopeType(env), ctx, env.blobs);
     let frame;
     try {
-      frame = xchacha20poly1305(recordKey(key.secret, env.alg, env.keyId), env.nonce, aad).decrypt(env.ciphertext);
+      frame = xchacha20poly1305(cachedRecordKey(key, env.alg), env.nonce, aad).decrypt(env.ciphertext);
     } catch {
       throw new SealError("AuthenticationFailed", "authentication failed: the sealed record does not verify under this key and context");
     }
@@ -11432,20 +11455,25 @@
   var MESSAGE = "chat.gel.assistant.message";
   var CHAT = "chat.gel.assistant.chat";
   var REPLY_KEY = /^(.+)\.r(0|[1-9][0-9]*)$/;
-  function openMessage(did, item, keys) {
+  function readMessage(item) {
     const key = item.uri.split("/").pop() ?? "";
     const v = item.value ?? {};
-    const m = { key, cid: item.cid, role: String(v.role ?? ""), status: String(v.status ?? ""), serverState: item.state };
+    const m = { key, cid: item.cid, role: String(v.role ?? ""), status: String(v.status ?? ""), serverState: item.state, record: item.value };
     if (typeof v.parent === "string") m.parent = v.parent;
     const r = REPLY_KEY.exec(key);
     if (r) m.reply = { of: r[1], attempt: Number(r[2]) };
+    return m;
+  }
+  function openMessage(did, m, keys) {
+    if (m.record === void 0) return m;
     try {
-      const opened = openRecord(fromJson(item.value), { did, collection: MESSAGE, rkey: key }, keys);
+      const opened = openRecord(fromJson(m.record), { did, collection: MESSAGE, rkey: m.key }, keys);
       m.content = opened.content;
       m.blobs = opened.blobs;
     } catch (e) {
       m.unopened = e instanceof SealError ? { kind: e.kind, message: e.message } : { kind: "Error", message: String(e) };
     }
+    m.record = void 0;
     return m;
   }
   function buildThread(messages) {
@@ -11643,7 +11671,11 @@
     live: void 0,
     pairTimer: void 0,
     /** Whole tool outputs opened in this chat, by blob CID (kept across re-renders). */
-    outputs: /* @__PURE__ */ new Map()
+    outputs: /* @__PURE__ */ new Map(),
+    /** Counts thread loads: a slow one stops when a newer one starts. */
+    loads: 0,
+    /** While the rest of a thread is being opened: how many of the newest steps are shown. */
+    tail: void 0
   };
   function notice(text, kind = "info") {
     const n = $("notice");
@@ -11881,7 +11913,7 @@ gelstore sync ${acct}`),
       b.classList.toggle("current", b.dataset.chat === key);
       b.setAttribute("aria-current", b.dataset.chat === key ? "true" : "false");
     }
-    await loadThread();
+    await loadThread(true);
     $("composer").hidden = false;
   }
   async function refreshKeys() {
@@ -11889,11 +11921,16 @@ gelstore sync ${acct}`),
     const records = [...await c.listAll(KEY_WRAP_TYPE), ...await c.listAll(MEMBERSHIP_TYPE)];
     await app.keyring.absorb(parseKeySet(records.map((r) => fromJson(r.value))).keys);
   }
-  async function loadThread() {
+  var FIRST_STEPS = 20;
+  var OPEN_SLICE = 100;
+  async function loadThread(toNewest = false) {
     const c = app.client;
     const did = c.session.did;
     const chat = app.chat;
+    const t0 = performance.now();
+    performance.mark("gel:thread-start");
     await refreshKeys();
+    performance.mark("gel:thread-keys");
     const items = [];
     let chatRecord;
     let cursor;
@@ -11912,18 +11949,55 @@ gelstore sync ${acct}`),
       title = `A chat that does not open (${e instanceof SealError ? e.kind : String(e)})`;
     }
     $("thread-title").textContent = title;
-    app.thread = buildThread(items.map((m) => openMessage(did, m, app.keyring)));
+    performance.mark("gel:thread-fetched");
+    const load = ++app.loads;
+    const keys = app.keyring;
+    const thread = buildThread(items.map(readMessage));
+    const steps = branch(thread, app.chosen);
+    let openMs = 0;
+    const open2 = (ms) => {
+      const o0 = performance.now();
+      for (const m of ms) openMessage(did, m, keys);
+      openMs += performance.now() - o0;
+    };
+    open2(steps.slice(-FIRST_STEPS).flatMap((s) => s.chosen ? [s.user, s.chosen] : [s.user]));
+    app.thread = thread;
+    app.tail = steps.length > FIRST_STEPS ? FIRST_STEPS : void 0;
     renderThread();
-    const steps = branch(app.thread, app.chosen);
+    if (toNewest) $("messages").lastElementChild?.scrollIntoView({ block: "end" });
+    afterPaint(() => performance.measure("gel:newest-painted", { start: t0, end: performance.now(), detail: { records: items.length } }));
     const last2 = steps[steps.length - 1]?.chosen;
     if (last2 && last2.status === "pending" && !last2.unopened && app.live?.reply !== last2.key) follow(last2.key);
+    const rest = [...thread.byKey.values()].filter((m) => m.record !== void 0).reverse();
+    for (let i = 0; i < rest.length; i += OPEN_SLICE) {
+      await new Promise((r) => setTimeout(r, 0));
+      if (app.loads !== load) return;
+      open2(rest.slice(i, i + OPEN_SLICE));
+    }
+    performance.measure("gel:open-records", { start: t0, end: t0 + openMs, detail: { records: items.length } });
+    if (app.tail !== void 0) {
+      app.tail = void 0;
+      const anchor = $("messages").querySelector(":scope > [data-key]");
+      const before = anchor?.getBoundingClientRect().top ?? 0;
+      renderThread();
+      const now = anchor && document.querySelector(`#messages > [data-key="${CSS.escape(anchor.dataset.key ?? "")}"]`);
+      if (now) window.scrollBy(0, now.getBoundingClientRect().top - before);
+    }
+    performance.measure("gel:all-opened", { start: t0, end: performance.now(), detail: { records: items.length } });
+  }
+  function afterPaint(f) {
+    requestAnimationFrame(() => setTimeout(f, 0));
   }
   function renderThread() {
     const t = app.thread;
     const list = $("messages");
     if (!t) return list.replaceChildren();
-    const steps = branch(t, app.chosen);
+    const all = branch(t, app.chosen);
+    const steps = app.tail === void 0 ? all : all.slice(-app.tail);
     const out = [];
+    if (steps.length < all.length) {
+      out.push(h("li", { class: "muted opening", role: "status" }, `Opening ${all.length - steps.length} earlier exchanges…`));
+    }
     for (const [i, s] of steps.entries()) {
       out.push(renderMessage(s.user));
       if (s.chosen) {
@@ -11938,6 +12012,7 @@ gelstore sync ${acct}`),
     return h("li", { class: `msg ${m.role === "user" ? "user" : "assistant"}`, "data-key": m.key }, h("div", { class: "who" }, m.role === "user" ? "You" : "Assistant"), renderBody(m));
   }
   function renderBody(m) {
+    if (m.record !== void 0 && app.client && app.keyring) openMessage(app.client.session.did, m, app.keyring);
     if (m.unopened) {
       return h(
         "div",

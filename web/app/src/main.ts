@@ -12,7 +12,7 @@ import {
 import * as db from "./db.js";
 import { Client, SessionEnded, Unreachable, XrpcError, createSession, type Session } from "./xrpc.js";
 import { nextTid } from "./tid.js";
-import { CHAT, MESSAGE, branch, buildThread, openMessage, pendingCalls, type Msg, type Thread } from "./thread.js";
+import { CHAT, MESSAGE, branch, buildThread, openMessage, pendingCalls, readMessage, type Msg, type Thread } from "./thread.js";
 import { subscribeReply, type ReplyEvent } from "./stream.js";
 import { OutputProblem, SHOWN_CHARS, blobCid, sealFor, wholeOutput } from "./output.js";
 
@@ -43,6 +43,10 @@ const app = {
   pairTimer: undefined as number | undefined,
   /** Whole tool outputs opened in this chat, by blob CID (kept across re-renders). */
   outputs: new Map<string, { text: string; url: string }>(),
+  /** Counts thread loads: a slow one stops when a newer one starts. */
+  loads: 0,
+  /** While the rest of a thread is being opened: how many of the newest steps are shown. */
+  tail: undefined as number | undefined,
 };
 
 // ---- messages to the user -------------------------------------------------
@@ -319,7 +323,7 @@ async function openChat(key: string): Promise<void> {
     b.classList.toggle("current", b.dataset.chat === key);
     b.setAttribute("aria-current", b.dataset.chat === key ? "true" : "false");
   }
-  await loadThread();
+  await loadThread(true);
   $("composer").hidden = false;
 }
 
@@ -329,12 +333,20 @@ async function refreshKeys(): Promise<void> {
   await app.keyring!.absorb(parseKeySet(records.map((r) => fromJson(r.value))).keys);
 }
 
-async function loadThread(): Promise<void> {
+/** Steps of the branch opened and painted before the rest of a thread. */
+const FIRST_STEPS = 20;
+/** Records opened between two yields to the browser. */
+const OPEN_SLICE = 100;
+
+async function loadThread(toNewest = false): Promise<void> {
   const c = app.client!;
   const did = c.session.did;
   const chat = app.chat!;
+  const t0 = performance.now();
+  performance.mark("gel:thread-start");
   // Other devices may have made chat keys since: take their wraps first.
   await refreshKeys();
+  performance.mark("gel:thread-keys");
   const items: { uri: string; cid: string; value: unknown; state?: string }[] = [];
   let chatRecord: { value: unknown } | undefined;
   let cursor: string | undefined;
@@ -357,20 +369,65 @@ async function loadThread(): Promise<void> {
     title = `A chat that does not open (${e instanceof SealError ? e.kind : String(e)})`;
   }
   $("thread-title").textContent = title;
-  app.thread = buildThread(items.map((m) => openMessage(did, m, app.keyring!)));
+  performance.mark("gel:thread-fetched");
+  // The tree and the branch need only clear fields: open the newest steps
+  // of the branch and paint them first, then the rest, a slice at a time,
+  // so a long thread shows its end at once and the page stays responsive.
+  const load = ++app.loads;
+  const keys = app.keyring!;
+  const thread = buildThread(items.map(readMessage));
+  const steps = branch(thread, app.chosen);
+  let openMs = 0;
+  const open = (ms: Msg[]) => {
+    const o0 = performance.now();
+    for (const m of ms) openMessage(did, m, keys);
+    openMs += performance.now() - o0;
+  };
+  open(steps.slice(-FIRST_STEPS).flatMap((s) => (s.chosen ? [s.user, s.chosen] : [s.user])));
+  app.thread = thread;
+  app.tail = steps.length > FIRST_STEPS ? FIRST_STEPS : undefined;
   renderThread();
+  if (toNewest) $("messages").lastElementChild?.scrollIntoView({ block: "end" });
+  afterPaint(() => performance.measure("gel:newest-painted", { start: t0, end: performance.now(), detail: { records: items.length } }));
   // A reply still pending at the end of the branch may be running: follow it.
-  const steps = branch(app.thread, app.chosen);
   const last = steps[steps.length - 1]?.chosen;
   if (last && last.status === "pending" && !last.unopened && app.live?.reply !== last.key) follow(last.key);
+  const rest = [...thread.byKey.values()].filter((m) => m.record !== undefined).reverse();
+  for (let i = 0; i < rest.length; i += OPEN_SLICE) {
+    await new Promise((r) => setTimeout(r, 0));
+    // Another load (a send, another chat) took over: its thread is the one shown.
+    if (app.loads !== load) return;
+    open(rest.slice(i, i + OPEN_SLICE));
+  }
+  performance.measure("gel:open-records", { start: t0, end: t0 + openMs, detail: { records: items.length } });
+  if (app.tail !== undefined) {
+    app.tail = undefined;
+    const anchor = $("messages").querySelector<HTMLElement>(":scope > [data-key]");
+    const before = anchor?.getBoundingClientRect().top ?? 0;
+    renderThread();
+    // What was on screen stays where it was when the earlier messages appear above it.
+    const now = anchor && document.querySelector(`#messages > [data-key="${CSS.escape(anchor.dataset.key ?? "")}"]`);
+    if (now) window.scrollBy(0, now.getBoundingClientRect().top - before);
+  }
+  performance.measure("gel:all-opened", { start: t0, end: performance.now(), detail: { records: items.length } });
+}
+
+// Runs `f` once the browser has painted what is in the DOM now (for the
+// benchmark's marks; nothing waits on it, as a hidden tab never paints).
+function afterPaint(f: () => void): void {
+  requestAnimationFrame(() => setTimeout(f, 0));
 }
 
 function renderThread(): void {
   const t = app.thread;
   const list = $("messages");
   if (!t) return list.replaceChildren();
-  const steps = branch(t, app.chosen);
+  const all = branch(t, app.chosen);
+  const steps = app.tail === undefined ? all : all.slice(-app.tail);
   const out: HTMLElement[] = [];
+  if (steps.length < all.length) {
+    out.push(h("li", { class: "muted opening", role: "status" }, `Opening ${all.length - steps.length} earlier exchanges…`));
+  }
   for (const [i, s] of steps.entries()) {
     out.push(renderMessage(s.user));
     if (s.chosen) {
@@ -387,6 +444,8 @@ function renderMessage(m: Msg): HTMLElement {
 }
 
 function renderBody(m: Msg): HTMLElement {
+  // Shown before its turn in the background opening (another attempt picked).
+  if (m.record !== undefined && app.client && app.keyring) openMessage(app.client.session.did, m, app.keyring);
   if (m.unopened) {
     return h(
       "div",
