@@ -13,7 +13,8 @@
 //!   writes a chat; the page signs in (a wrong password first), pairs as a
 //!   new device approved by the CLI, shows the chat with its two attempts,
 //!   sends a message the CLI reads after a sync, streams a reply, answers
-//!   an approval, regenerates, makes a chat; then a session that ends (the
+//!   an approval, regenerates, opens a tool output kept as a sealed blob
+//!   (and says so when the blob is missing or altered), makes a chat; then a session that ends (the
 //!   draft kept), one that expires (refreshed), a record that does not
 //!   open, and the server going away mid-stream. The server's folder holds
 //!   no plaintext the page typed. Screenshots go to
@@ -24,45 +25,18 @@
 //! `chromium`); without it the test is skipped with a message, unless `CI`
 //! is set, where it fails.
 
+mod common_browser;
 mod common_serve;
-#[path = "common_launch/mod.rs"]
-mod launch;
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::process::{Command, Stdio};
 
+use common_browser::{Browser, chromium_present, installed};
 use common_serve::{PASSWORD, Serve, first_line, gel_ok, http};
 use serde_json::{Value, json};
 
-const CHROMIUM: &str = "/usr/bin/chromium";
-
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// `npm ci` in `web/seal` and `web/app` when their packages are missing
-/// (once per test binary).
-fn installed() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    static LOCK: Mutex<()> = Mutex::new(());
-    DIR.get_or_init(|| {
-        let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
-        let seal = root().join("web/seal");
-        if !seal.join("node_modules/@hpke/core/package.json").exists() {
-            launch::npm_ci(&seal, &[], "the web/app tests");
-        }
-        let app = root().join("web/app");
-        if !app.join("node_modules/esbuild/package.json").exists()
-            || !app
-                .join("node_modules/puppeteer-core/package.json")
-                .exists()
-        {
-            launch::npm_ci(&app, &[], "the web/app tests");
-        }
-        app
-    })
 }
 
 #[test]
@@ -141,103 +115,6 @@ fn the_page_is_served_with_a_strict_policy() {
     assert_eq!(did.status, 200);
 }
 
-/// The browser, one JSON command at a time.
-struct Browser {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    shots: PathBuf,
-}
-
-impl Browser {
-    fn launch(shots: &Path) -> Browser {
-        let app = installed();
-        let mut child = Command::new("node")
-            .arg("test/drive.mjs")
-            .current_dir(app)
-            .env("CHROMIUM", CHROMIUM)
-            .env("SCREENSHOTS", shots)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("node runs");
-        let stdin = child.stdin.take().unwrap();
-        let stdout = BufReader::new(child.stdout.take().unwrap());
-        Browser {
-            child,
-            stdin,
-            stdout,
-            shots: shots.to_path_buf(),
-        }
-    }
-
-    /// Runs `command`; panics with the driver's error if it failed.
-    fn run(&mut self, command: Value) -> Value {
-        writeln!(self.stdin, "{command}").unwrap();
-        self.stdin.flush().unwrap();
-        let mut line = String::new();
-        self.stdout.read_line(&mut line).unwrap();
-        let answer: Value = serde_json::from_str(line.trim())
-            .unwrap_or_else(|e| panic!("the driver answered {line:?} ({e}) to {command}"));
-        assert!(
-            answer["ok"] == true,
-            "{command} failed: {} (see {}/failed-*.png)",
-            answer["error"],
-            self.shots.display()
-        );
-        answer
-    }
-
-    fn goto(&mut self, url: &str) {
-        self.run(json!({"do": "goto", "url": url}));
-    }
-    fn type_in(&mut self, sel: &str, text: &str) {
-        self.run(json!({"do": "type", "sel": sel, "text": text}));
-    }
-    fn click(&mut self, sel: &str) {
-        self.run(json!({"do": "click", "sel": sel}));
-    }
-    fn wait_text(&mut self, sel: &str, text: &str) -> Value {
-        self.wait_text_for(sel, text, 20_000)
-    }
-    fn wait_text_for(&mut self, sel: &str, text: &str, ms: u64) -> Value {
-        self.run(json!({"do": "waitText", "sel": sel, "text": text, "timeout": ms}))
-    }
-    fn text(&mut self, sel: &str) -> String {
-        self.run(json!({"do": "text", "sel": sel}))["text"]
-            .as_str()
-            .unwrap_or("")
-            .to_owned()
-    }
-    fn value(&mut self, sel: &str) -> String {
-        self.run(json!({"do": "value", "sel": sel}))["value"]
-            .as_str()
-            .unwrap_or("")
-            .to_owned()
-    }
-    fn screenshot(&mut self, name: &str) -> PathBuf {
-        let path = self.shots.join(format!("{name}.png"));
-        self.run(json!({"do": "screenshot", "path": path, "fullPage": true}));
-        path
-    }
-}
-
-impl Drop for Browser {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "{}", json!({"do": "close"}));
-        let _ = self.stdin.flush();
-        for _ in 0..100 {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn sync(data: &Path, serve: &Serve) -> String {
     gel_ok(
         data,
@@ -262,6 +139,17 @@ fn stream(case: &str) -> String {
         .to_string()
 }
 
+/// The whole output of the `tool_result` line of stream `case`.
+fn fixture_tool_output(case: &str) -> String {
+    let input = std::fs::read_to_string(stream(case)).unwrap();
+    input
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "tool_result")
+        .and_then(|v| v["output"].as_str().map(str::to_owned))
+        .expect("a tool_result line")
+}
+
 fn assistant_args() -> Vec<String> {
     let script = root().join("tests/assistant/replay.py");
     vec![
@@ -283,22 +171,6 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
-}
-
-/// Whether the browser test can run here; panics on CI without Chromium.
-fn chromium_present() -> bool {
-    if Path::new(CHROMIUM).exists() {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{CHROMIUM} is missing and CI is set: install Debian's chromium and chromium-driver"
-    );
-    eprintln!(
-        "SKIPPED: {CHROMIUM} is missing (apt-get install chromium chromium-driver); \
-         the browser test runs where it is installed and fails on CI without it"
-    );
-    false
 }
 
 #[test]
@@ -443,6 +315,63 @@ fn the_page_pairs_reads_writes_streams_and_approves() {
     b.wait_text_for(".msg.assistant:last-child", "Ça va?", 30_000);
     b.screenshot("06-regenerated");
 
+    // A tool output too long for the record: the reply keeps its start and
+    // a sealed blob; the page fetches the blob, checks it and opens it.
+    b.type_in("#draft", "Logs? STREAM:tool_output_to_blob");
+    b.click("#send");
+    b.wait_text_for(
+        ".msg.assistant:last-child .show-output",
+        "Show the whole output",
+        30_000,
+    );
+    b.wait_text(".msg.assistant:last-child", "The log shows 4000 requests.");
+    let show = ".msg.assistant:last-child .show-output";
+    b.click(show);
+    b.wait_text(".msg.assistant:last-child .whole", "Download it");
+    let whole = b.run(json!({"do": "text", "sel": ".whole-output", "raw": true}))["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        whole == fixture_tool_output("tool_output_to_blob"),
+        "{} bytes shown",
+        whole.len()
+    );
+    let href = b.run(json!({"do": "attr", "sel": ".download-output", "name": "href"}));
+    assert!(
+        href["value"].as_str().unwrap().starts_with("blob:"),
+        "{href}"
+    );
+    b.screenshot("07-whole-output");
+    let cid = b
+        .run(json!({"do": "attr", "sel": ".msg.assistant:last-child .whole", "name": "data-cid"}))
+        ["value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let blob_file = srv.join("blobs").join(&cid);
+    let sealed = std::fs::read(&blob_file).unwrap();
+
+    // The blob gone from the server, then changed on it: a clear message
+    // each time (a fresh load, so nothing opened before is reused).
+    std::fs::remove_file(&blob_file).unwrap();
+    b.goto(&serve.service);
+    b.click(&format!("button[data-chat=\"{chat}\"]"));
+    b.click(show);
+    b.wait_text(".output-problem", "not on the server");
+    let mut altered = sealed.clone();
+    altered[100] ^= 1;
+    std::fs::write(&blob_file, &altered).unwrap();
+    b.click(show);
+    b.wait_text(".output-problem", "does not open");
+    b.wait_text(".output-problem", "Nothing of it is shown");
+    assert_eq!(
+        b.run(json!({"do": "count", "sel": ".whole-output"}))["count"],
+        0
+    );
+    b.screenshot("08-whole-output-altered");
+    std::fs::write(&blob_file, &sealed).unwrap();
+
     // A chat made in the browser reaches the CLI.
     b.type_in("#new-title", "Made in the browser");
     b.click("#new-chat button");
@@ -456,7 +385,7 @@ fn the_page_pairs_reads_writes_streams_and_approves() {
 
     // On a phone-sized screen.
     b.run(json!({"do": "viewport", "width": 390, "height": 844}));
-    b.screenshot("07-phone");
+    b.screenshot("09-phone");
     b.run(json!({"do": "viewport", "width": 1100, "height": 900}));
 
     // A record that does not open: the question, edited on the server (a
@@ -490,7 +419,7 @@ fn the_page_pairs_reads_writes_streams_and_approves() {
     b.click(&format!("button[data-chat=\"{chat}\"]"));
     b.wait_text(".unopened", "does not open");
     b.wait_text("#messages", "Hello from the browser");
-    b.screenshot("08-record-does-not-open");
+    b.screenshot("10-record-does-not-open");
 
     // The session ends (a new password ends every session): the page asks
     // to sign in again and keeps the draft; a session that expires (2 s
@@ -508,7 +437,7 @@ fn the_page_pairs_reads_writes_streams_and_approves() {
     };
     b.click("#send");
     b.wait_text("#signin-error", "session has ended");
-    b.screenshot("09-session-ended");
+    b.screenshot("11-session-ended");
     b.type_in("#password", "a new password");
     b.click("#signin-submit");
     b.wait_text("#notice", "Signed in again");
@@ -526,7 +455,7 @@ fn the_page_pairs_reads_writes_streams_and_approves() {
     b.wait_text_for(".live", "Thinking", 30_000);
     serve.stop();
     b.wait_text_for(".stream-problem", "server went away", 40_000);
-    b.screenshot("10-server-gone");
+    b.screenshot("12-server-gone");
 
     // Only this origin was asked for anything, and CSP refused nothing.
     let log = b.run(json!({"do": "log"}));

@@ -3549,7 +3549,7 @@
       const obj = json;
       const keys = Object.keys(obj);
       if (keys.length === 1 && keys[0] === "$bytes" && typeof obj.$bytes === "string") {
-        return base64.baseDecode(obj.$bytes.replace(/=+$/, ""));
+        return decodeBase64(obj.$bytes.replace(/=+$/, ""));
       }
       if (keys.length === 1 && keys[0] === "$link" && typeof obj.$link === "string") {
         return CID.parse(obj.$link);
@@ -3559,6 +3559,19 @@
       return out;
     }
     throw malformed("record", `a ${typeof json} is not in the data model`);
+  }
+  var BASE64 = /^[A-Za-z0-9+/]*$/;
+  var BASE64_DIGITS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  function decodeBase64(s) {
+    const rest = s.length % 4;
+    const last2 = rest === 0 ? 0 : BASE64_DIGITS.indexOf(s[s.length - 1]);
+    if (!BASE64.test(s) || rest === 1 || rest === 2 && (last2 & 15) !== 0 || rest === 3 && (last2 & 3) !== 0) {
+      throw malformed("record", "a $bytes value that is not unpadded standard base64");
+    }
+    const binary = atob(s);
+    const out = new Uint8Array(binary.length);
+    for (let i = 0; i < binary.length; i++) out[i] = binary.charCodeAt(i);
+    return out;
   }
   function toJson(v) {
     if (v instanceof Uint8Array) return { $bytes: base64.baseEncode(v) };
@@ -3584,6 +3597,9 @@
     }
     if (!equalBytes(encode4(value), bytes)) throw new Error("not canonical DAG-CBOR");
     return value;
+  }
+  function cidForBlob(bytes) {
+    return CID.createV1(RAW_CODEC, create(SHA2_256, sha256(bytes)));
   }
   function cidForRecord(v) {
     return CID.createV1(DAG_CBOR_CODEC, create(SHA2_256, sha256(encodeCbor(v))));
@@ -4420,6 +4436,11 @@
       clean2(s2, k2, i2);
     clean2(t);
   }
+  var chacha20 = /* @__PURE__ */ createCipher(chachaCore, {
+    counterRight: false,
+    counterLength: 4,
+    allowShortKeys: false
+  });
   var xchacha20 = /* @__PURE__ */ createCipher(chachaCore, {
     counterRight: false,
     counterLength: 8,
@@ -4478,6 +4499,10 @@
       }
     };
   };
+  var chacha20poly1305 = /* @__PURE__ */ wrapCipher(
+    { blockSize: 64, nonceLength: 12, tagLength: 16, withAAD: true },
+    /* @__PURE__ */ _poly1305_aead(chacha20)
+  );
   var xchacha20poly1305 = /* @__PURE__ */ wrapCipher(
     { blockSize: 64, nonceLength: 24, tagLength: 16, withAAD: true },
     /* @__PURE__ */ _poly1305_aead(xchacha20)
@@ -4627,6 +4652,16 @@
   function recordKey(chatSecret, alg, keyId) {
     return hkdf(sha256, chatSecret, void 0, concatBytes(field(RECORD_KEY_LABEL), field(alg), field(keyId)), 32);
   }
+  var derived = /* @__PURE__ */ new WeakMap();
+  function cachedRecordKey(key, alg) {
+    let byName = derived.get(key.secret);
+    if (!byName) derived.set(key.secret, byName = /* @__PURE__ */ new Map());
+    const name = `${alg}
+${key.keyId}`;
+    let k = byName.get(name);
+    if (!k) byName.set(name, k = recordKey(key.secret, alg, key.keyId));
+    return k;
+  }
   function recordParts(record) {
     if (!isMap(record)) throw malformed("record", "not a map");
     const t = record.$type;
@@ -4661,7 +4696,7 @@
     const frame = encodeFrame(contentBytes, blobs.map((b) => b.key), padding, MAX_FRAME);
     const nonce = (options.random ?? osRandom)(NONCE_LEN);
     const aad = recordAad(SEAL_ALG_V1, key.keyId, nonce, "", ctx, bindings);
-    const ciphertext = xchacha20poly1305(recordKey(key.secret, SEAL_ALG_V1, key.keyId), nonce, aad).encrypt(frame);
+    const ciphertext = xchacha20poly1305(cachedRecordKey(key, SEAL_ALG_V1), nonce, aad).encrypt(frame);
     const envelope = { alg: SEAL_ALG_V1, keyId: key.keyId, nonce, ciphertext, blobs: bindings, typed: false };
     return { ...map, [fieldName]: envelopeValue(envelope) };
   }
@@ -4683,7 +4718,7 @@
     const aad = recordAad(env.alg, env.keyId, env.nonce, envelopeType(env), ctx, env.blobs);
     let frame;
     try {
-      frame = xchacha20poly1305(recordKey(key.secret, env.alg, env.keyId), env.nonce, aad).decrypt(env.ciphertext);
+      frame = xchacha20poly1305(cachedRecordKey(key, env.alg), env.nonce, aad).decrypt(env.ciphertext);
     } catch {
       throw new SealError("AuthenticationFailed", "authentication failed: the sealed record does not verify under this key and context");
     }
@@ -4705,6 +4740,78 @@
   // ../seal/src/blob.ts
   var CHUNK_SIZE = 64 * 1024;
   var SEALED_CHUNK_SIZE = CHUNK_SIZE + TAG_LEN;
+  var LEN_HEADER = 8;
+  function streamLenOf(size) {
+    const chunks = Math.ceil(size / SEALED_CHUNK_SIZE);
+    const t = size - chunks * TAG_LEN;
+    return t > Math.max(chunks - 1, 0) * CHUNK_SIZE ? t : void 0;
+  }
+  function chunkNonce(counter, last2) {
+    const nonce = new Uint8Array(12);
+    new DataView(nonce.buffer).setBigUint64(3, BigInt(counter), false);
+    nonce[11] = last2 ? 1 : 0;
+    return nonce;
+  }
+  function openBlob(bytes, seal) {
+    if (bytes.length !== seal.size) {
+      throw new SealError("BlobSizeMismatch", `blob size mismatch: the record names ${seal.size} bytes, got ${bytes.length}`);
+    }
+    const actual = cidForBlob(bytes);
+    if (!actual.equals(seal.cid)) {
+      throw new SealError("BlobCidMismatch", `blob CID mismatch: the record names ${seal.cid}, the bytes hash to ${actual}`);
+    }
+    if (bytes.length === 0) throw new SealError("Truncated", "truncated blob: the stream ends before chunk 0");
+    const count = Math.ceil(bytes.length / SEALED_CHUNK_SIZE);
+    const pieces = [];
+    let contentLen;
+    let offset = 0;
+    for (let i = 0; i < count; i++) {
+      const last2 = i + 1 === count;
+      const sealed = bytes.subarray(i * SEALED_CHUNK_SIZE, Math.min((i + 1) * SEALED_CHUNK_SIZE, bytes.length));
+      if (sealed.length < TAG_LEN) throw new SealError("Truncated", `truncated blob: chunk ${i} is shorter than its tag`);
+      const chunk = openChunk(seal.key, i, last2, sealed);
+      if (chunk.length === 0) throw invalidPlaintext("an empty chunk (a stream holds at least its 8-byte length)");
+      const start = offset;
+      offset += chunk.length;
+      if (contentLen === void 0) {
+        if (chunk.length < LEN_HEADER) throw invalidPlaintext("the first chunk is shorter than the 8-byte length");
+        const n = new DataView(chunk.buffer, chunk.byteOffset, 8).getBigUint64(0, false);
+        const holds = Math.max((streamLenOf(seal.size) ?? 0) - LEN_HEADER, 0);
+        if (n > BigInt(holds)) throw new SealError("Truncated", `truncated blob: its length header says ${n} bytes; it holds at most ${holds}`);
+        contentLen = Number(n);
+      }
+      const bodyEnd = LEN_HEADER + contentLen;
+      const lo = Math.min(Math.max(start, LEN_HEADER), start + chunk.length);
+      const hi = Math.max(Math.min(start + chunk.length, bodyEnd), lo);
+      if (chunk.subarray(hi - start).some((b) => b !== 0)) throw invalidPlaintext("blob padding bytes are not all zero");
+      pieces.push(chunk.subarray(lo - start, hi - start));
+    }
+    if (contentLen === void 0 || offset < LEN_HEADER + contentLen) {
+      throw invalidPlaintext("the blob ends before the length its header gives");
+    }
+    const out = new Uint8Array(contentLen);
+    let at = 0;
+    for (const p of pieces) {
+      out.set(p, at);
+      at += p.length;
+    }
+    return out;
+  }
+  function openChunk(key, counter, last2, sealed) {
+    try {
+      return chacha20poly1305(key, chunkNonce(counter, last2)).decrypt(sealed);
+    } catch {
+      if (last2 && sealed.length === SEALED_CHUNK_SIZE) {
+        try {
+          chacha20poly1305(key, chunkNonce(counter, false)).decrypt(sealed);
+          throw new SealError("Truncated", `truncated blob: the stream ends after chunk ${counter}, which is not the last`);
+        } catch (e) {
+          if (e instanceof SealError) throw e;
+        }
+      }
+      throw new SealError("AuthenticationFailed", "authentication failed: a blob chunk does not verify under this key and context");
+    }
+  }
 
   // ../seal/node_modules/@hpke/common/esm/src/errors.js
   var HpkeError = class extends Error {
@@ -6991,7 +7098,7 @@
     out[oi++] = y14 + x14 | 0;
     out[oi++] = y15 + x15 | 0;
   }
-  var chacha20 = /* @__PURE__ */ createCipher2(chachaCore2, {
+  var chacha202 = /* @__PURE__ */ createCipher2(chachaCore2, {
     counterRight: false,
     counterLength: 4,
     allowShortKeys: false
@@ -7046,7 +7153,7 @@
       }
     };
   };
-  var chacha20poly1305 = /* @__PURE__ */ wrapCipher2({ blockSize: 64, nonceLength: 12, tagLength: 16 }, _poly1305_aead2(chacha20));
+  var chacha20poly13052 = /* @__PURE__ */ wrapCipher2({ blockSize: 64, nonceLength: 12, tagLength: 16 }, _poly1305_aead2(chacha202));
 
   // ../seal/node_modules/@hpke/chacha20poly1305/esm/src/chacha20Poly1305.js
   var Chacha20Poly1305Context = class {
@@ -7067,13 +7174,13 @@
     }
     _seal(iv, data, aad) {
       return new Promise((resolve) => {
-        const ret = chacha20poly1305(this._key, new Uint8Array(iv), new Uint8Array(aad)).encrypt(new Uint8Array(data));
+        const ret = chacha20poly13052(this._key, new Uint8Array(iv), new Uint8Array(aad)).encrypt(new Uint8Array(data));
         resolve(ret.buffer);
       });
     }
     _open(iv, data, aad) {
       return new Promise((resolve) => {
-        const ret = chacha20poly1305(this._key, new Uint8Array(iv), new Uint8Array(aad)).decrypt(new Uint8Array(data));
+        const ret = chacha20poly13052(this._key, new Uint8Array(iv), new Uint8Array(aad)).decrypt(new Uint8Array(data));
         resolve(ret.buffer);
       });
     }
@@ -11348,18 +11455,25 @@
   var MESSAGE = "chat.gel.assistant.message";
   var CHAT = "chat.gel.assistant.chat";
   var REPLY_KEY = /^(.+)\.r(0|[1-9][0-9]*)$/;
-  function openMessage(did, item, keys) {
+  function readMessage(item) {
     const key = item.uri.split("/").pop() ?? "";
     const v = item.value ?? {};
-    const m = { key, cid: item.cid, role: String(v.role ?? ""), status: String(v.status ?? ""), serverState: item.state };
+    const m = { key, cid: item.cid, role: String(v.role ?? ""), status: String(v.status ?? ""), serverState: item.state, record: item.value };
     if (typeof v.parent === "string") m.parent = v.parent;
     const r = REPLY_KEY.exec(key);
     if (r) m.reply = { of: r[1], attempt: Number(r[2]) };
+    return m;
+  }
+  function openMessage(did, m, keys) {
+    if (m.record === void 0) return m;
     try {
-      m.content = openRecord(fromJson(item.value), { did, collection: MESSAGE, rkey: key }, keys).content;
+      const opened = openRecord(fromJson(m.record), { did, collection: MESSAGE, rkey: m.key }, keys);
+      m.content = opened.content;
+      m.blobs = opened.blobs;
     } catch (e) {
       m.unopened = e instanceof SealError ? { kind: e.kind, message: e.message } : { kind: "Error", message: String(e) };
     }
+    m.record = void 0;
     return m;
   }
   function buildThread(messages) {
@@ -11465,6 +11579,74 @@
     };
   }
 
+  // src/output.ts
+  var SHOWN_CHARS = 256 * 1024;
+  var OutputProblem = class extends Error {
+    constructor(kind, message) {
+      super(message);
+      this.kind = kind;
+    }
+    kind;
+  };
+  function blobCid(ref) {
+    if (typeof ref !== "object" || ref === null) return void 0;
+    const r = ref;
+    const typed = CID.asCID(r.ref);
+    if (typed) return typed;
+    if (typeof r.cid === "string") {
+      try {
+        return CID.parse(r.cid);
+      } catch {
+        return void 0;
+      }
+    }
+    return void 0;
+  }
+  function sealFor(ref, blobs) {
+    const cid = blobCid(ref);
+    const seal = cid && blobs.find((b) => b.cid.equals(cid));
+    if (!seal) {
+      throw new OutputProblem(
+        "unlisted",
+        "The whole output cannot be opened: the blob this result names is not one the reply's seal lists, so it is not this reply's. Nothing of it is shown."
+      );
+    }
+    return seal;
+  }
+  async function wholeOutput(did, seal) {
+    const url = `/xrpc/com.atproto.sync.getBlob?${new URLSearchParams({ did, cid: seal.cid.toString() })}`;
+    let response;
+    try {
+      response = await fetch(url);
+    } catch {
+      throw new OutputProblem("unreachable", "The server is not answering, so the whole output cannot be fetched. Try again once gelstore serve is running.");
+    }
+    if (!response.ok) {
+      const j = await response.json().catch(() => ({}));
+      if (response.status === 400 && /not found/i.test(j.message ?? "")) {
+        throw new OutputProblem("missing", `The whole output is not on the server: it has no blob ${seal.cid}. Only the start above can be shown.`);
+      }
+      throw new OutputProblem("missing", `The server did not give the whole output: ${j.error ?? `HTTP ${response.status}`}${j.message ? ` (${j.message})` : ""}.`);
+    }
+    const bytes = new Uint8Array(await response.arrayBuffer());
+    await new Promise((r) => setTimeout(r, 0));
+    let plain;
+    try {
+      plain = openBlob(bytes, seal);
+    } catch (e) {
+      if (!(e instanceof SealError)) throw e;
+      throw new OutputProblem(
+        "altered",
+        `The whole output does not open: the blob the server sent is not the one this reply sealed (changed on the server, or damaged; ${e.message}). Nothing of it is shown.`
+      );
+    }
+    try {
+      return new TextDecoder("utf-8", { fatal: true }).decode(plain);
+    } catch {
+      throw new OutputProblem("notText", "The whole output opened, but it is not UTF-8 text, so it is not shown.");
+    }
+  }
+
   // src/main.ts
   var DEVICE = "chat.gel.assistant.device";
   var TEXT_PART = "chat.gel.assistant.defs#textPart";
@@ -11487,7 +11669,13 @@
     thread: void 0,
     chosen: /* @__PURE__ */ new Map(),
     live: void 0,
-    pairTimer: void 0
+    pairTimer: void 0,
+    /** Whole tool outputs opened in this chat, by blob CID (kept across re-renders). */
+    outputs: /* @__PURE__ */ new Map(),
+    /** Counts thread loads: a slow one stops when a newer one starts. */
+    loads: 0,
+    /** While the rest of a thread is being opened: how many of the newest steps are shown. */
+    tail: void 0
   };
   function notice(text, kind = "info") {
     const n = $("notice");
@@ -11520,7 +11708,9 @@
     show("signin");
     $("signin-error").textContent = message;
     $("signout").hidden = true;
-    $("handle").focus();
+    const handle = $("handle");
+    if (handle.value === "" && app.client) handle.value = app.client.session.handle;
+    (handle.value === "" ? handle : $("password")).focus();
   }
   async function onSignIn(ev) {
     ev.preventDefault();
@@ -11561,6 +11751,7 @@
     app.client = void 0;
     app.keyring = void 0;
     stopLive();
+    forgetOutputs();
     await del("session");
     if (c) await fetch("/xrpc/com.atproto.server.deleteSession", { method: "POST", headers: { authorization: `Bearer ${c.session.refreshJwt}` } }).catch(() => void 0);
     $("chat-list").replaceChildren();
@@ -11715,13 +11906,14 @@ gelstore sync ${acct}`),
     if (app.chat !== key) {
       stopLive();
       app.chosen.clear();
+      forgetOutputs();
     }
     app.chat = key;
     for (const b of document.querySelectorAll(".chat-link")) {
       b.classList.toggle("current", b.dataset.chat === key);
       b.setAttribute("aria-current", b.dataset.chat === key ? "true" : "false");
     }
-    await loadThread();
+    await loadThread(true);
     $("composer").hidden = false;
   }
   async function refreshKeys() {
@@ -11729,11 +11921,16 @@ gelstore sync ${acct}`),
     const records = [...await c.listAll(KEY_WRAP_TYPE), ...await c.listAll(MEMBERSHIP_TYPE)];
     await app.keyring.absorb(parseKeySet(records.map((r) => fromJson(r.value))).keys);
   }
-  async function loadThread() {
+  var FIRST_STEPS = 20;
+  var OPEN_SLICE = 100;
+  async function loadThread(toNewest = false) {
     const c = app.client;
     const did = c.session.did;
     const chat = app.chat;
+    const t0 = performance.now();
+    performance.mark("gel:thread-start");
     await refreshKeys();
+    performance.mark("gel:thread-keys");
     const items = [];
     let chatRecord;
     let cursor;
@@ -11752,18 +11949,55 @@ gelstore sync ${acct}`),
       title = `A chat that does not open (${e instanceof SealError ? e.kind : String(e)})`;
     }
     $("thread-title").textContent = title;
-    app.thread = buildThread(items.map((m) => openMessage(did, m, app.keyring)));
+    performance.mark("gel:thread-fetched");
+    const load = ++app.loads;
+    const keys = app.keyring;
+    const thread = buildThread(items.map(readMessage));
+    const steps = branch(thread, app.chosen);
+    let openMs = 0;
+    const open2 = (ms) => {
+      const o0 = performance.now();
+      for (const m of ms) openMessage(did, m, keys);
+      openMs += performance.now() - o0;
+    };
+    open2(steps.slice(-FIRST_STEPS).flatMap((s) => s.chosen ? [s.user, s.chosen] : [s.user]));
+    app.thread = thread;
+    app.tail = steps.length > FIRST_STEPS ? FIRST_STEPS : void 0;
     renderThread();
-    const steps = branch(app.thread, app.chosen);
+    if (toNewest) $("messages").lastElementChild?.scrollIntoView({ block: "end" });
+    afterPaint(() => performance.measure("gel:newest-painted", { start: t0, end: performance.now(), detail: { records: items.length } }));
     const last2 = steps[steps.length - 1]?.chosen;
     if (last2 && last2.status === "pending" && !last2.unopened && app.live?.reply !== last2.key) follow(last2.key);
+    const rest = [...thread.byKey.values()].filter((m) => m.record !== void 0).reverse();
+    for (let i = 0; i < rest.length; i += OPEN_SLICE) {
+      await new Promise((r) => setTimeout(r, 0));
+      if (app.loads !== load) return;
+      open2(rest.slice(i, i + OPEN_SLICE));
+    }
+    performance.measure("gel:open-records", { start: t0, end: t0 + openMs, detail: { records: items.length } });
+    if (app.tail !== void 0) {
+      app.tail = void 0;
+      const anchor = $("messages").querySelector(":scope > [data-key]");
+      const before = anchor?.getBoundingClientRect().top ?? 0;
+      renderThread();
+      const now = anchor && document.querySelector(`#messages > [data-key="${CSS.escape(anchor.dataset.key ?? "")}"]`);
+      if (now) window.scrollBy(0, now.getBoundingClientRect().top - before);
+    }
+    performance.measure("gel:all-opened", { start: t0, end: performance.now(), detail: { records: items.length } });
+  }
+  function afterPaint(f) {
+    requestAnimationFrame(() => setTimeout(f, 0));
   }
   function renderThread() {
     const t = app.thread;
     const list = $("messages");
     if (!t) return list.replaceChildren();
-    const steps = branch(t, app.chosen);
+    const all = branch(t, app.chosen);
+    const steps = app.tail === void 0 ? all : all.slice(-app.tail);
     const out = [];
+    if (steps.length < all.length) {
+      out.push(h("li", { class: "muted opening", role: "status" }, `Opening ${all.length - steps.length} earlier exchanges…`));
+    }
     for (const [i, s] of steps.entries()) {
       out.push(renderMessage(s.user));
       if (s.chosen) {
@@ -11778,6 +12012,7 @@ gelstore sync ${acct}`),
     return h("li", { class: `msg ${m.role === "user" ? "user" : "assistant"}`, "data-key": m.key }, h("div", { class: "who" }, m.role === "user" ? "You" : "Assistant"), renderBody(m));
   }
   function renderBody(m) {
+    if (m.record !== void 0 && app.client && app.keyring) openMessage(app.client.session.did, m, app.keyring);
     if (m.unopened) {
       return h(
         "div",
@@ -11786,14 +12021,14 @@ gelstore sync ${acct}`),
         `It may have been changed on the server, or sealed with a key this browser does not hold (${m.unopened.message}).`
       );
     }
-    const parts = (m.content?.parts ?? []).map(renderPart);
+    const parts = (m.content?.parts ?? []).map((p) => renderPart(p, m));
     const error = m.content?.error;
     if (error) parts.push(h("p", { class: "error" }, `The reply ended with an error: ${error.code ?? ""}${error.message ? ` — ${error.message}` : ""}`));
     if (m.status === "pending") parts.push(h("p", { class: "muted" }, "Waiting for the assistant…"));
     if (m.status === "interrupted") parts.push(h("p", { class: "muted" }, "This reply was cut short."));
     return h("div", { class: "body" }, ...parts);
   }
-  function renderPart(p) {
+  function renderPart(p, m) {
     const text = (v) => typeof v === "string" ? v : "";
     switch (p.$type) {
       case TEXT_PART:
@@ -11807,8 +12042,11 @@ gelstore sync ${acct}`),
           h("div", {}, "Tool call ", h("code", {}, text(p.name)), p.approval ? ` (${text(p.approval)})` : ""),
           h("pre", {}, prettyJson(text(p.arguments)))
         );
-      case "chat.gel.assistant.defs#toolResultPart":
-        return h("div", { class: "tool" }, h("div", {}, `Result${p.outcome ? ` (${text(p.outcome)})` : ""}${p.isError ? ", an error" : ""}`), h("pre", {}, text(p.output)));
+      case "chat.gel.assistant.defs#toolResultPart": {
+        const head = h("div", {}, `Result${p.outcome ? ` (${text(p.outcome)})` : ""}${p.isError ? ", an error" : ""}`);
+        if (p.outputBlob === void 0) return h("div", { class: "tool" }, head, h("pre", {}, text(p.output)));
+        return h("div", { class: "tool" }, head, renderWholeOutput(p, m));
+      }
       case "chat.gel.assistant.defs#toolApprovalPart":
         return h("p", { class: "muted" }, `${p.decision === "approved" ? "Allowed" : "Denied"} call ${text(p.callId)}${p.reason ? `: ${text(p.reason)}` : ""}`);
       case "chat.gel.assistant.defs#sourcePart":
@@ -11819,6 +12057,59 @@ gelstore sync ${acct}`),
       default:
         return h("p", { class: "muted" }, `A part this page does not show (${text(p.$type)}).`);
     }
+  }
+  function renderWholeOutput(p, m) {
+    const cid = blobCid(p.outputBlob)?.toString() ?? "";
+    const box = h("div", { class: "whole", "data-cid": cid });
+    const opened = app.outputs.get(cid);
+    if (opened) {
+      box.append(...wholeOutputView(opened, p));
+      return box;
+    }
+    const status = h("p", { class: "muted output-status", role: "status" });
+    const button = h("button", { type: "button", class: "show-output" }, "Show the whole output");
+    button.addEventListener("click", () => {
+      button.disabled = true;
+      status.className = "muted output-status";
+      status.textContent = "Fetching and opening the whole output…";
+      void (async () => {
+        try {
+          const seal = sealFor(p.outputBlob, m.blobs ?? []);
+          const text = await wholeOutput(app.client.session.did, seal);
+          const type = p.outputFormat === "json" ? "application/json" : "text/plain;charset=utf-8";
+          const entry = { text, url: URL.createObjectURL(new Blob([text], { type })) };
+          app.outputs.set(cid, entry);
+          box.replaceChildren(...wholeOutputView(entry, p));
+          box.querySelector("pre")?.focus();
+        } catch (e) {
+          button.disabled = false;
+          status.className = "error output-problem";
+          status.setAttribute("role", "alert");
+          status.textContent = e instanceof OutputProblem ? e.message : explain(e);
+        }
+      })();
+    });
+    const start = typeof p.output === "string" ? p.output : "";
+    box.append(h("pre", { class: "output-start", tabindex: "0" }, start), h("div", { class: "row" }, button), status);
+    return box;
+  }
+  function wholeOutputView(opened, p) {
+    const bytes = new TextEncoder().encode(opened.text).length;
+    const cut = opened.text.length > SHOWN_CHARS;
+    const name = `${typeof p.callId === "string" ? p.callId.replace(/[^A-Za-z0-9_-]/g, "_") : "tool"}-output.${p.outputFormat === "json" ? "json" : "txt"}`;
+    return [
+      h("pre", { class: "whole-output", tabindex: "0" }, cut ? opened.text.slice(0, SHOWN_CHARS) : opened.text),
+      h(
+        "p",
+        { class: "muted" },
+        cut ? `The first ${SHOWN_CHARS.toLocaleString("en")} characters of ${opened.text.length.toLocaleString("en")} are shown. ` : `The whole output (${bytes.toLocaleString("en")} bytes), opened in this browser. `,
+        h("a", { href: opened.url, download: name, class: "download-output" }, `Download it (${bytes.toLocaleString("en")} bytes)`)
+      )
+    ];
+  }
+  function forgetOutputs() {
+    for (const o of app.outputs.values()) URL.revokeObjectURL(o.url);
+    app.outputs.clear();
   }
   function prettyJson(s) {
     try {

@@ -12,8 +12,9 @@ import {
 import * as db from "./db.js";
 import { Client, SessionEnded, Unreachable, XrpcError, createSession, type Session } from "./xrpc.js";
 import { nextTid } from "./tid.js";
-import { CHAT, MESSAGE, branch, buildThread, openMessage, pendingCalls, type Msg, type Thread } from "./thread.js";
+import { CHAT, MESSAGE, branch, buildThread, openMessage, pendingCalls, readMessage, type Msg, type Thread } from "./thread.js";
 import { subscribeReply, type ReplyEvent } from "./stream.js";
+import { OutputProblem, SHOWN_CHARS, blobCid, sealFor, wholeOutput } from "./output.js";
 
 const DEVICE = "chat.gel.assistant.device";
 const TEXT_PART = "chat.gel.assistant.defs#textPart";
@@ -40,6 +41,12 @@ const app = {
   chosen: new Map<string, number>(),
   live: undefined as Live | undefined,
   pairTimer: undefined as number | undefined,
+  /** Whole tool outputs opened in this chat, by blob CID (kept across re-renders). */
+  outputs: new Map<string, { text: string; url: string }>(),
+  /** Counts thread loads: a slow one stops when a newer one starts. */
+  loads: 0,
+  /** While the rest of a thread is being opened: how many of the newest steps are shown. */
+  tail: undefined as number | undefined,
 };
 
 // ---- messages to the user -------------------------------------------------
@@ -84,7 +91,10 @@ function showSignIn(message = ""): void {
   show("signin");
   $("signin-error").textContent = message;
   $("signout").hidden = true;
-  $<HTMLInputElement>("handle").focus();
+  // After a reload the form is new: the session that ended still names the account.
+  const handle = $<HTMLInputElement>("handle");
+  if (handle.value === "" && app.client) handle.value = app.client.session.handle;
+  (handle.value === "" ? handle : $<HTMLInputElement>("password")).focus();
 }
 
 async function onSignIn(ev: Event): Promise<void> {
@@ -129,6 +139,7 @@ async function signOut(): Promise<void> {
   app.client = undefined;
   app.keyring = undefined;
   stopLive();
+  forgetOutputs();
   await db.del("session");
   if (c) await fetch("/xrpc/com.atproto.server.deleteSession", { method: "POST", headers: { authorization: `Bearer ${c.session.refreshJwt}` } }).catch(() => undefined);
   $("chat-list").replaceChildren();
@@ -305,13 +316,14 @@ async function openChat(key: string): Promise<void> {
   if (app.chat !== key) {
     stopLive();
     app.chosen.clear();
+    forgetOutputs();
   }
   app.chat = key;
   for (const b of document.querySelectorAll<HTMLElement>(".chat-link")) {
     b.classList.toggle("current", b.dataset.chat === key);
     b.setAttribute("aria-current", b.dataset.chat === key ? "true" : "false");
   }
-  await loadThread();
+  await loadThread(true);
   $("composer").hidden = false;
 }
 
@@ -321,12 +333,20 @@ async function refreshKeys(): Promise<void> {
   await app.keyring!.absorb(parseKeySet(records.map((r) => fromJson(r.value))).keys);
 }
 
-async function loadThread(): Promise<void> {
+/** Steps of the branch opened and painted before the rest of a thread. */
+const FIRST_STEPS = 20;
+/** Records opened between two yields to the browser. */
+const OPEN_SLICE = 100;
+
+async function loadThread(toNewest = false): Promise<void> {
   const c = app.client!;
   const did = c.session.did;
   const chat = app.chat!;
+  const t0 = performance.now();
+  performance.mark("gel:thread-start");
   // Other devices may have made chat keys since: take their wraps first.
   await refreshKeys();
+  performance.mark("gel:thread-keys");
   const items: { uri: string; cid: string; value: unknown; state?: string }[] = [];
   let chatRecord: { value: unknown } | undefined;
   let cursor: string | undefined;
@@ -349,20 +369,65 @@ async function loadThread(): Promise<void> {
     title = `A chat that does not open (${e instanceof SealError ? e.kind : String(e)})`;
   }
   $("thread-title").textContent = title;
-  app.thread = buildThread(items.map((m) => openMessage(did, m, app.keyring!)));
+  performance.mark("gel:thread-fetched");
+  // The tree and the branch need only clear fields: open the newest steps
+  // of the branch and paint them first, then the rest, a slice at a time,
+  // so a long thread shows its end at once and the page stays responsive.
+  const load = ++app.loads;
+  const keys = app.keyring!;
+  const thread = buildThread(items.map(readMessage));
+  const steps = branch(thread, app.chosen);
+  let openMs = 0;
+  const open = (ms: Msg[]) => {
+    const o0 = performance.now();
+    for (const m of ms) openMessage(did, m, keys);
+    openMs += performance.now() - o0;
+  };
+  open(steps.slice(-FIRST_STEPS).flatMap((s) => (s.chosen ? [s.user, s.chosen] : [s.user])));
+  app.thread = thread;
+  app.tail = steps.length > FIRST_STEPS ? FIRST_STEPS : undefined;
   renderThread();
+  if (toNewest) $("messages").lastElementChild?.scrollIntoView({ block: "end" });
+  afterPaint(() => performance.measure("gel:newest-painted", { start: t0, end: performance.now(), detail: { records: items.length } }));
   // A reply still pending at the end of the branch may be running: follow it.
-  const steps = branch(app.thread, app.chosen);
   const last = steps[steps.length - 1]?.chosen;
   if (last && last.status === "pending" && !last.unopened && app.live?.reply !== last.key) follow(last.key);
+  const rest = [...thread.byKey.values()].filter((m) => m.record !== undefined).reverse();
+  for (let i = 0; i < rest.length; i += OPEN_SLICE) {
+    await new Promise((r) => setTimeout(r, 0));
+    // Another load (a send, another chat) took over: its thread is the one shown.
+    if (app.loads !== load) return;
+    open(rest.slice(i, i + OPEN_SLICE));
+  }
+  performance.measure("gel:open-records", { start: t0, end: t0 + openMs, detail: { records: items.length } });
+  if (app.tail !== undefined) {
+    app.tail = undefined;
+    const anchor = $("messages").querySelector<HTMLElement>(":scope > [data-key]");
+    const before = anchor?.getBoundingClientRect().top ?? 0;
+    renderThread();
+    // What was on screen stays where it was when the earlier messages appear above it.
+    const now = anchor && document.querySelector(`#messages > [data-key="${CSS.escape(anchor.dataset.key ?? "")}"]`);
+    if (now) window.scrollBy(0, now.getBoundingClientRect().top - before);
+  }
+  performance.measure("gel:all-opened", { start: t0, end: performance.now(), detail: { records: items.length } });
+}
+
+// Runs `f` once the browser has painted what is in the DOM now (for the
+// benchmark's marks; nothing waits on it, as a hidden tab never paints).
+function afterPaint(f: () => void): void {
+  requestAnimationFrame(() => setTimeout(f, 0));
 }
 
 function renderThread(): void {
   const t = app.thread;
   const list = $("messages");
   if (!t) return list.replaceChildren();
-  const steps = branch(t, app.chosen);
+  const all = branch(t, app.chosen);
+  const steps = app.tail === undefined ? all : all.slice(-app.tail);
   const out: HTMLElement[] = [];
+  if (steps.length < all.length) {
+    out.push(h("li", { class: "muted opening", role: "status" }, `Opening ${all.length - steps.length} earlier exchanges…`));
+  }
   for (const [i, s] of steps.entries()) {
     out.push(renderMessage(s.user));
     if (s.chosen) {
@@ -379,6 +444,8 @@ function renderMessage(m: Msg): HTMLElement {
 }
 
 function renderBody(m: Msg): HTMLElement {
+  // Shown before its turn in the background opening (another attempt picked).
+  if (m.record !== undefined && app.client && app.keyring) openMessage(app.client.session.did, m, app.keyring);
   if (m.unopened) {
     return h(
       "div",
@@ -387,7 +454,7 @@ function renderBody(m: Msg): HTMLElement {
       `It may have been changed on the server, or sealed with a key this browser does not hold (${m.unopened.message}).`,
     );
   }
-  const parts = ((m.content?.parts ?? []) as Record<string, unknown>[]).map(renderPart);
+  const parts = ((m.content?.parts ?? []) as Record<string, unknown>[]).map((p) => renderPart(p, m));
   const error = m.content?.error as { code?: string; message?: string } | undefined;
   if (error) parts.push(h("p", { class: "error" }, `The reply ended with an error: ${error.code ?? ""}${error.message ? ` — ${error.message}` : ""}`));
   if (m.status === "pending") parts.push(h("p", { class: "muted" }, "Waiting for the assistant…"));
@@ -395,7 +462,7 @@ function renderBody(m: Msg): HTMLElement {
   return h("div", { class: "body" }, ...parts);
 }
 
-function renderPart(p: Record<string, unknown>): HTMLElement {
+function renderPart(p: Record<string, unknown>, m: Msg): HTMLElement {
   const text = (v: unknown) => (typeof v === "string" ? v : "");
   switch (p.$type) {
     case TEXT_PART:
@@ -409,8 +476,11 @@ function renderPart(p: Record<string, unknown>): HTMLElement {
         h("div", {}, "Tool call ", h("code", {}, text(p.name)), p.approval ? ` (${text(p.approval)})` : ""),
         h("pre", {}, prettyJson(text(p.arguments))),
       );
-    case "chat.gel.assistant.defs#toolResultPart":
-      return h("div", { class: "tool" }, h("div", {}, `Result${p.outcome ? ` (${text(p.outcome)})` : ""}${p.isError ? ", an error" : ""}`), h("pre", {}, text(p.output)));
+    case "chat.gel.assistant.defs#toolResultPart": {
+      const head = h("div", {}, `Result${p.outcome ? ` (${text(p.outcome)})` : ""}${p.isError ? ", an error" : ""}`);
+      if (p.outputBlob === undefined) return h("div", { class: "tool" }, head, h("pre", {}, text(p.output)));
+      return h("div", { class: "tool" }, head, renderWholeOutput(p, m));
+    }
     case "chat.gel.assistant.defs#toolApprovalPart":
       return h("p", { class: "muted" }, `${p.decision === "approved" ? "Allowed" : "Denied"} call ${text(p.callId)}${p.reason ? `: ${text(p.reason)}` : ""}`);
     case "chat.gel.assistant.defs#sourcePart":
@@ -421,6 +491,66 @@ function renderPart(p: Record<string, unknown>): HTMLElement {
     default:
       return h("p", { class: "muted" }, `A part this page does not show (${text(p.$type)}).`);
   }
+}
+
+// A result whose whole output is a sealed blob: the start the part keeps,
+// and a control that fetches, checks and opens the blob here.
+function renderWholeOutput(p: Record<string, unknown>, m: Msg): HTMLElement {
+  const cid = blobCid(p.outputBlob)?.toString() ?? "";
+  const box = h("div", { class: "whole", "data-cid": cid });
+  const opened = app.outputs.get(cid);
+  if (opened) {
+    box.append(...wholeOutputView(opened, p));
+    return box;
+  }
+  const status = h("p", { class: "muted output-status", role: "status" });
+  const button = h("button", { type: "button", class: "show-output" }, "Show the whole output") as HTMLButtonElement;
+  button.addEventListener("click", () => {
+    button.disabled = true;
+    status.className = "muted output-status";
+    status.textContent = "Fetching and opening the whole output…";
+    void (async () => {
+      try {
+        const seal = sealFor(p.outputBlob, m.blobs ?? []);
+        const text = await wholeOutput(app.client!.session.did, seal);
+        const type = p.outputFormat === "json" ? "application/json" : "text/plain;charset=utf-8";
+        const entry = { text, url: URL.createObjectURL(new Blob([text], { type })) };
+        app.outputs.set(cid, entry);
+        box.replaceChildren(...wholeOutputView(entry, p));
+        box.querySelector<HTMLElement>("pre")?.focus();
+      } catch (e) {
+        button.disabled = false;
+        status.className = "error output-problem";
+        status.setAttribute("role", "alert");
+        status.textContent = e instanceof OutputProblem ? e.message : explain(e);
+      }
+    })();
+  });
+  const start = typeof p.output === "string" ? p.output : "";
+  box.append(h("pre", { class: "output-start", tabindex: "0" }, start), h("div", { class: "row" }, button), status);
+  return box;
+}
+
+function wholeOutputView(opened: { text: string; url: string }, p: Record<string, unknown>): HTMLElement[] {
+  const bytes = new TextEncoder().encode(opened.text).length;
+  // A page holding megabytes of text in one element stops scrolling smoothly:
+  // show the start, and the whole of it is one download away.
+  const cut = opened.text.length > SHOWN_CHARS;
+  const name = `${typeof p.callId === "string" ? p.callId.replace(/[^A-Za-z0-9_-]/g, "_") : "tool"}-output.${p.outputFormat === "json" ? "json" : "txt"}`;
+  return [
+    h("pre", { class: "whole-output", tabindex: "0" }, cut ? opened.text.slice(0, SHOWN_CHARS) : opened.text),
+    h(
+      "p",
+      { class: "muted" },
+      cut ? `The first ${SHOWN_CHARS.toLocaleString("en")} characters of ${opened.text.length.toLocaleString("en")} are shown. ` : `The whole output (${bytes.toLocaleString("en")} bytes), opened in this browser. `,
+      h("a", { href: opened.url, download: name, class: "download-output" }, `Download it (${bytes.toLocaleString("en")} bytes)`),
+    ),
+  ];
+}
+
+function forgetOutputs(): void {
+  for (const o of app.outputs.values()) URL.revokeObjectURL(o.url);
+  app.outputs.clear();
 }
 
 function prettyJson(s: string): string {

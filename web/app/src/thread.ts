@@ -4,7 +4,7 @@
 // Replies are ordered by attempt number, never by key ('.r10' sorts
 // before '.r2').
 
-import { fromJson, openRecord, SealError, type KeyLookup, type DataMap } from "@gelstore/seal";
+import { fromJson, openRecord, SealError, type BlobSeal, type KeyLookup, type DataMap } from "@gelstore/seal";
 
 export const MESSAGE = "chat.gel.assistant.message";
 export const CHAT = "chat.gel.assistant.chat";
@@ -20,26 +20,40 @@ export interface Msg {
   reply?: { of: string; attempt: number };
   /** The opened content; `{}` for a pending reply's authenticator. */
   content?: DataMap;
+  /** The blobs the envelope lists, with their keys (from the opened frame). */
+  blobs?: BlobSeal[];
   /** Why it did not open (kind and message), if it did not. */
   unopened?: { kind: string; message: string };
   /** What the server said of it (`state` of getThread), if anything. */
   serverState?: string;
+  /** The record as stored, until it is opened. */
+  record?: unknown;
 }
 
 const REPLY_KEY = /^(.+)\.r(0|[1-9][0-9]*)$/;
 
-export function openMessage(did: string, item: { uri: string; cid: string; value: unknown; state?: string }, keys: KeyLookup): Msg {
+/** A message record's clear fields (all the tree needs); `openMessage` opens it. */
+export function readMessage(item: { uri: string; cid: string; value: unknown; state?: string }): Msg {
   const key = item.uri.split("/").pop() ?? "";
   const v = (item.value ?? {}) as Record<string, unknown>;
-  const m: Msg = { key, cid: item.cid, role: String(v.role ?? ""), status: String(v.status ?? ""), serverState: item.state };
+  const m: Msg = { key, cid: item.cid, role: String(v.role ?? ""), status: String(v.status ?? ""), serverState: item.state, record: item.value };
   if (typeof v.parent === "string") m.parent = v.parent;
   const r = REPLY_KEY.exec(key);
   if (r) m.reply = { of: r[1]!, attempt: Number(r[2]) };
+  return m;
+}
+
+/** Opens `m` (once) with `keys`: its content and blobs, or why it does not open. */
+export function openMessage(did: string, m: Msg, keys: KeyLookup): Msg {
+  if (m.record === undefined) return m;
   try {
-    m.content = openRecord(fromJson(item.value), { did, collection: MESSAGE, rkey: key }, keys).content;
+    const opened = openRecord(fromJson(m.record), { did, collection: MESSAGE, rkey: m.key }, keys);
+    m.content = opened.content;
+    m.blobs = opened.blobs;
   } catch (e) {
     m.unopened = e instanceof SealError ? { kind: e.kind, message: e.message } : { kind: "Error", message: String(e) };
   }
+  m.record = undefined;
   return m;
 }
 

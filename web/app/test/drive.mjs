@@ -5,9 +5,11 @@
 //
 //   {"do":"goto","url":U}  {"do":"type","sel":S,"text":T}  {"do":"click","sel":S}
 //   {"do":"press","sel":S,"key":K,"mods":["Control"]}  {"do":"waitText","sel":S,"text":T,"timeout":MS}
-//   {"do":"text","sel":S}  {"do":"value","sel":S}  {"do":"count","sel":S}
+//   {"do":"text","sel":S}  {"do":"text","sel":S,"raw":true} (textContent, exact)  {"do":"attr","sel":S,"name":N}
+//   {"do":"value","sel":S}  {"do":"count","sel":S}
 //   {"do":"viewport","width":W,"height":H}  {"do":"screenshot","path":P}
 //   {"do":"log"}: every request URL, websocket URL and frame count, console errors
+//   {"do":"marks","clear":B}: the page's performance marks and measures named gel:* (cleared after if B)
 //   {"do":"close"}
 //
 // A failed command answers {"ok":false,"error":…} and saves a screenshot
@@ -79,7 +81,10 @@ async function run(c) {
       }
     }
     case "text":
+      if (c.raw) return { text: await page.$eval(c.sel, (el) => el.textContent) };
       return { text: (await textsOf(c.sel))[0] ?? null };
+    case "attr":
+      return { value: await page.$eval(c.sel, (el, name) => el.getAttribute(name), c.name) };
     case "value":
       return { value: await page.$eval(c.sel, (el) => el.value) };
     case "count":
@@ -90,6 +95,18 @@ async function run(c) {
     case "screenshot":
       await page.screenshot({ path: c.path, fullPage: c.fullPage ?? false });
       return {};
+    case "marks":
+      return {
+        marks: await page.evaluate((clear) => {
+          const pick = (e) => ({ name: e.name, type: e.entryType, start: e.startTime, duration: e.duration, detail: e.detail ?? null });
+          const out = [...performance.getEntriesByType("mark"), ...performance.getEntriesByType("measure")].filter((e) => e.name.startsWith("gel:")).map(pick);
+          if (clear) {
+            performance.clearMarks();
+            performance.clearMeasures();
+          }
+          return out;
+        }, Boolean(c.clear)),
+      };
     case "log":
       return { requests, sockets, frames, consoleErrors };
     default:

@@ -25,6 +25,21 @@ export function recordKey(chatSecret: Uint8Array, alg: string, keyId: string): U
   return hkdf(sha256, chatSecret, undefined, concat(field(RECORD_KEY_LABEL), field(alg), field(keyId)), 32);
 }
 
+// Derived keys by chat secret, then alg and keyId: one HKDF per chat key
+// instead of one per record (a thread of a thousand records spent more
+// time here than in the AEAD). Keyed weakly, so a dropped keyring takes
+// its derived keys with it.
+const derived = new WeakMap<Uint8Array, Map<string, Uint8Array>>();
+
+function cachedRecordKey(key: ChatKey, alg: string): Uint8Array {
+  let byName = derived.get(key.secret);
+  if (!byName) derived.set(key.secret, (byName = new Map()));
+  const name = `${alg}\n${key.keyId}`;
+  let k = byName.get(name);
+  if (!k) byName.set(name, (k = recordKey(key.secret, alg, key.keyId)));
+  return k;
+}
+
 /** What opening gives back. */
 export interface Opened {
   /** The field that opened (`content`, `authenticator` or `sealed`). */
@@ -87,7 +102,7 @@ export function sealRecord(record: Value, place: Place, content: Value, blobs: r
   const nonce = (options.random ?? osRandom)(NONCE_LEN);
   // gelstore writes no envelope `$type` (the field's lexicon type says it).
   const aad = recordAad(SEAL_ALG_V1, key.keyId, nonce, "", ctx, bindings);
-  const ciphertext = xchacha20poly1305(recordKey(key.secret, SEAL_ALG_V1, key.keyId), nonce, aad).encrypt(frame);
+  const ciphertext = xchacha20poly1305(cachedRecordKey(key, SEAL_ALG_V1), nonce, aad).encrypt(frame);
   const envelope: Envelope = { alg: SEAL_ALG_V1, keyId: key.keyId, nonce, ciphertext, blobs: bindings, typed: false };
   return { ...map, [fieldName]: envelopeValue(envelope) };
 }
@@ -111,7 +126,7 @@ export function openRecord(record: Value, place: Place, keys: KeyLookup): Opened
   const aad = recordAad(env.alg, env.keyId, env.nonce, envelopeType(env), ctx, env.blobs);
   let frame: Uint8Array;
   try {
-    frame = xchacha20poly1305(recordKey(key.secret, env.alg, env.keyId), env.nonce, aad).decrypt(env.ciphertext);
+    frame = xchacha20poly1305(cachedRecordKey(key, env.alg), env.nonce, aad).decrypt(env.ciphertext);
   } catch {
     throw new SealError("AuthenticationFailed", "authentication failed: the sealed record does not verify under this key and context");
   }

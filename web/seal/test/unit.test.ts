@@ -4,7 +4,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 import {
-  SealError, cidForBlob, decodeFrame, encodeFrame, formatPairingCode, keyList, openBlob, openRecord, padme, paddedLen,
+  SealError, cidForBlob, decodeFrame, fromJson, toJson, encodeFrame, formatPairingCode, keyList, openBlob, openRecord, padme, paddedLen,
   pairRequest, parsePairingCode, sealBlob, sealRecord, SEALED_CHUNK_SIZE, sealedLen, type DataMap,
 } from "../src/index.js";
 import { fixedRandom } from "./fixtures.js";
@@ -112,3 +112,28 @@ function flip(bytes: Uint8Array): Uint8Array {
   out[10]! ^= 0x80;
   return out;
 }
+
+test("$bytes: the same base64 is read as before, and the same is refused (stray characters, a dangling digit, unused bits set)", () => {
+  for (let n = 0; n < 70; n++) {
+    const bytes = Uint8Array.from({ length: n }, (_, i) => (i * 97 + n) & 0xff);
+    const json = toJson(bytes) as { $bytes: string };
+    assert.deepEqual(fromJson(json), bytes);
+    assert.deepEqual(fromJson({ $bytes: `${json.$bytes}==` }), bytes, "trailing padding is dropped");
+  }
+  for (const bad of ["AB C", "A", "AAAAA", "AB", "AAB", "AA-_", "AA\n"]) {
+    assert.throws(() => fromJson({ $bytes: bad }), kindOf("Malformed"), JSON.stringify(bad));
+  }
+});
+
+test("records: a chat key's derived record key is reused, and a second chat key gets its own", () => {
+  const did = "did:plc:abc";
+  const one = { keyId: "chat:3k:1:aa", secret: new Uint8Array(32).fill(1) };
+  const two = { keyId: "chat:3k:1:aa", secret: new Uint8Array(32).fill(2) };
+  const record = { $type: "chat.gel.assistant.chat", createdAt: "2025-01-01T00:00:00.000Z" };
+  const place = { did, collection: "chat.gel.assistant.chat", rkey: "3k" };
+  for (let i = 0; i < 3; i++) {
+    const sealed = sealRecord(record, place, { title: `t${i}` }, [], one);
+    assert.deepEqual(openRecord(sealed, place, keyList([one])).content, { title: `t${i}` });
+    assert.throws(() => openRecord(sealed, place, keyList([two])), kindOf("AuthenticationFailed"));
+  }
+});
