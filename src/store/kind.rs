@@ -24,7 +24,7 @@ impl EngineKind {
     /// The engine of new stores: redb keeps the folder near its live data
     /// under many small commits, where sled 0.34 grows to 100× (see
     /// `benches/store_engines.rs`).
-    pub const DEFAULT: EngineKind = EngineKind::Sled;
+    pub const DEFAULT: EngineKind = EngineKind::Redb;
 
     /// Every engine.
     pub const ALL: [EngineKind; 2] = [EngineKind::Redb, EngineKind::Sled];

@@ -12,7 +12,7 @@
 //!
 //! Engines:
 //!
-//! - [`RedbEngine`]: redb 4. One redb table
+//! - [`RedbEngine`]: redb 4 (the default for new stores). One redb table
 //!   per [`Table`]; a batch is one write transaction, fsynced on commit;
 //!   pages a commit frees are reused, so the file follows the live data.
 //! - [`SledEngine`]: sled 0.34. All tables share one sled tree, each table
