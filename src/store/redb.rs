@@ -10,9 +10,13 @@
 //! Space: the pages a commit replaces are freed for the next commits to
 //! reuse, so the file follows the live data instead of the history (sled
 //! 0.34 keeps dead versions in its log until a segment is mostly dead).
-//! What is still free when the store is opened, past
-//! [`COMPACT_FREE_RATIO`] of a file of at least [`COMPACT_MIN_BYTES`], is
-//! given back with redb's `compact`.
+//! Still, the file grows past its live pages (a commit cannot reuse the
+//! pages the one before it freed, and a B-tree's pages are partly empty):
+//! what is free when the store is opened, past [`COMPACT_FREE_RATIO`] of a
+//! file of at least [`COMPACT_MIN_BYTES`], is given back with redb's
+//! `compact`, and so is the file of a long-running process each time it
+//! has doubled since its last compaction (amortised: the work is at most
+//! proportional to what was written).
 //!
 //! Locking: a `lock` file beside the database is held with `flock` while
 //! the engine is open (per open file, so a second handle in the same
@@ -20,9 +24,11 @@
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{RwLock, RwLockReadGuard};
 use std::time::Duration;
 
-use ::redb::{Database, DatabaseError, ReadableDatabase, TableDefinition};
+use ::redb::{CompactionError, Database, DatabaseError, ReadableDatabase, TableDefinition};
 
 use super::lock::{lock_wait, retry_while_locked};
 use super::{Batch, Engine, EngineError, Op, Scan, Table};
@@ -52,7 +58,11 @@ fn def(table: Table) -> Def {
 /// A store on disk, in a redb database file inside a folder.
 pub struct RedbEngine {
     path: PathBuf,
-    db: Database,
+    /// Shared by reads and writes; taken alone only to compact.
+    db: RwLock<Database>,
+    /// The file's size after the last compaction (or at open): past twice
+    /// that, a write compacts.
+    compacted: AtomicU64,
     // Dropped after `db` (fields drop in order): the lock is let go only
     // once the database is closed.
     _lock: File,
@@ -91,11 +101,15 @@ impl RedbEngine {
         })?;
         let mut engine = RedbEngine {
             path,
-            db,
+            db: RwLock::new(db),
+            compacted: AtomicU64::new(0),
             _lock: lock,
         };
         engine.create_tables()?;
         engine.compact_if_sparse()?;
+        engine
+            .compacted
+            .store(engine.size_on_disk()?, Ordering::Relaxed);
         Ok(engine)
     }
 
@@ -106,7 +120,7 @@ impl RedbEngine {
 
     /// Bytes of the database file that hold no live page.
     pub fn free_bytes(&self) -> Result<u64, EngineError> {
-        let txn = self.db.begin_write().map_err(EngineError::engine)?;
+        let txn = self.db().begin_write().map_err(EngineError::engine)?;
         let stats = txn.stats().map_err(EngineError::engine)?;
         let used = stats.allocated_pages() * stats.page_size() as u64;
         txn.abort().map_err(EngineError::engine)?;
@@ -115,19 +129,53 @@ impl RedbEngine {
 
     /// Gives the free space back to the file system (redb's `compact`).
     pub fn compact(&mut self) -> Result<(), EngineError> {
-        while self.db.compact().map_err(EngineError::engine)? {}
+        let db = self.db.get_mut().unwrap_or_else(|e| e.into_inner());
+        while db.compact().map_err(EngineError::engine)? {}
+        Ok(())
+    }
+
+    fn db(&self) -> RwLockReadGuard<'_, Database> {
+        // A panic under the lock leaves redb's own state consistent.
+        self.db.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// After a write: compacts a file that has doubled since it was last
+    /// compact. Skipped (and tried again at the next write) while a read,
+    /// such as a long scan, holds a transaction or the lock.
+    fn compact_if_doubled(&self) -> Result<(), EngineError> {
+        let size = self.size_on_disk()?;
+        let last = self.compacted.load(Ordering::Relaxed);
+        if size < COMPACT_MIN_BYTES || size < last.saturating_mul(2) {
+            return Ok(());
+        }
+        let Ok(mut db) = self.db.try_write() else {
+            return Ok(());
+        };
+        loop {
+            match db.compact() {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(CompactionError::TransactionInProgress) => return Ok(()),
+                Err(e) => return Err(EngineError::engine(e)),
+            }
+        }
+        drop(db);
+        let after = self.size_on_disk()?;
+        tracing::debug!(size, after, "compacted the redb store");
+        self.compacted.store(after, Ordering::Relaxed);
         Ok(())
     }
 
     /// Every table exists from the start, so reads never meet a missing one.
     fn create_tables(&self) -> Result<(), EngineError> {
-        let txn = self.db.begin_read().map_err(EngineError::engine)?;
+        let db = self.db();
+        let txn = db.begin_read().map_err(EngineError::engine)?;
         let present = txn.list_tables().map_err(EngineError::engine)?.count();
         drop(txn);
         if present == Table::ALL.len() {
             return Ok(());
         }
-        let txn = self.db.begin_write().map_err(EngineError::engine)?;
+        let txn = db.begin_write().map_err(EngineError::engine)?;
         for table in Table::ALL {
             txn.open_table(def(table)).map_err(EngineError::engine)?;
         }
@@ -184,14 +232,16 @@ fn failed_scan<'a>(e: impl Into<::redb::Error>) -> Scan<'a> {
 
 impl Engine for RedbEngine {
     fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
-        let txn = self.db.begin_read().map_err(EngineError::engine)?;
+        let txn = self.db().begin_read().map_err(EngineError::engine)?;
         let table = txn.open_table(def(table)).map_err(EngineError::engine)?;
         let value = table.get(key).map_err(EngineError::engine)?;
         Ok(value.map(|v| v.value().to_vec()))
     }
 
     fn scan(&self, table: Table, start: &[u8]) -> Scan<'_> {
-        let txn = match self.db.begin_read() {
+        // The lock is held only to begin: the range keeps its read
+        // transaction alive on its own (and holds off compaction meanwhile).
+        let txn = match self.db().begin_read() {
             Ok(txn) => txn,
             Err(e) => return failed_scan(e),
         };
@@ -199,7 +249,6 @@ impl Engine for RedbEngine {
             Ok(table) => table,
             Err(e) => return failed_scan(e),
         };
-        // The range keeps the read transaction alive on its own.
         let range = match table.range::<&[u8]>(start..) {
             Ok(range) => range,
             Err(e) => return failed_scan(e),
@@ -216,7 +265,8 @@ impl Engine for RedbEngine {
         }
         // Immediate durability (redb's default): `commit` returns once the
         // new root is fsynced.
-        let txn = self.db.begin_write().map_err(EngineError::engine)?;
+        let db = self.db();
+        let txn = db.begin_write().map_err(EngineError::engine)?;
         {
             let mut open: [Option<::redb::Table<'_, &[u8], &[u8]>>; Table::ALL.len()] =
                 [const { None }; Table::ALL.len()];
@@ -241,7 +291,13 @@ impl Engine for RedbEngine {
                 }
             }
         }
-        txn.commit().map_err(EngineError::engine)
+        txn.commit().map_err(EngineError::engine)?;
+        drop(db);
+        // The batch is durable whatever compaction does.
+        if let Err(e) = self.compact_if_doubled() {
+            tracing::warn!("compacting the redb store failed: {e}");
+        }
+        Ok(())
     }
 
     fn size_on_disk(&self) -> Result<u64, EngineError> {
