@@ -2,7 +2,8 @@
 //! on it): exactly the repository's blocks, their counts, and the event
 //! window, which stays within its count and bytes, on each engine. The
 //! engine's own space on top of that: redb's folder is asserted within a
-//! few times the rows (freed pages are reused, and compacted at open);
+//! few times the rows (freed pages are reused, the file compacted when it
+//! has doubled);
 //! sled 0.34's is only printed, as it does not keep it bounded (~20× the
 //! rows here; see `cargo bench --bench store_engines`).
 
@@ -90,17 +91,16 @@ fn single_record_commits(engine: EngineKind) {
         reopened as f64 / car as f64
     );
     if engine == EngineKind::Redb {
-        // What redb meets here: its B-tree pages are about 60% full and the
-        // file keeps the pages freed by recent commits. Not yet the goal of
-        // 2 × CAR + window (the rows alone are ~1.9× CAR; see
-        // benches/store_engines.md). sled's folder is ~20× its rows here.
-        assert!(
-            folder <= 5 * rows,
-            "redb folder {folder} B > 5 × rows {rows} B while open"
-        );
-        assert!(
-            reopened <= rows * 9 / 4,
-            "redb folder {reopened} B > 2.25 × rows {rows} B after reopening"
-        );
+        // What redb meets here: its file is compacted whenever it has
+        // doubled, and compact it is ~1.8× the rows (B-tree pages are
+        // partly empty). Not yet the goal of 2 × CAR + window: the rows
+        // alone are ~1.9× CAR (see benches/store_engines.md). sled's
+        // folder is ~20× its rows here.
+        for (when, size) in [("open", folder), ("after reopening", reopened)] {
+            assert!(
+                size <= 5 * rows,
+                "redb folder {size} B > 5 × rows {rows} B ({when})"
+            );
+        }
     }
 }

@@ -12,11 +12,12 @@
 //! 0.34 keeps dead versions in its log until a segment is mostly dead).
 //! Still, the file grows past its live pages (a commit cannot reuse the
 //! pages the one before it freed, and a B-tree's pages are partly empty):
-//! what is free when the store is opened, past [`COMPACT_FREE_RATIO`] of a
-//! file of at least [`COMPACT_MIN_BYTES`], is given back with redb's
-//! `compact`, and so is the file of a long-running process each time it
-//! has doubled since its last compaction (amortised: the work is at most
-//! proportional to what was written).
+//! once a file of at least [`COMPACT_MIN_BYTES`] has doubled since its last
+//! compaction, redb's `compact` gives the free pages back, after a write or
+//! at open. The size after compaction is kept in the file itself, so the
+//! check costs nothing at open (redb's own free-space count walks every
+//! page), and the work is amortised: at most proportional to what was
+//! written.
 //!
 //! Locking: a `lock` file beside the database is held with `flock` while
 //! the engine is open (per open file, so a second handle in the same
@@ -28,7 +29,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{RwLock, RwLockReadGuard};
 use std::time::Duration;
 
-use ::redb::{CompactionError, Database, DatabaseError, ReadableDatabase, TableDefinition};
+use ::redb::{
+    CompactionError, Database, DatabaseError, ReadableDatabase, TableDefinition, TableHandle,
+};
 
 use super::lock::{lock_wait, retry_while_locked};
 use super::{Batch, Engine, EngineError, Op, Scan, Table};
@@ -39,11 +42,14 @@ pub const REDB_FILE: &str = "store.redb";
 /// The lock file inside the store folder.
 const LOCK_FILE: &str = "lock";
 
-/// Free space, as a share of the file, past which opening compacts it.
-pub const COMPACT_FREE_RATIO: f64 = 0.25;
-
-/// Files smaller than this are not compacted at open (not worth the time).
+/// Files smaller than this are not compacted (not worth the time).
 pub const COMPACT_MIN_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The engine's own table: `compacted` → the file's size after its last
+/// compaction.
+const ENGINE_TABLE: TableDefinition<'static, &'static str, u64> =
+    TableDefinition::new("gelstore.engine");
+const COMPACTED: &str = "compacted";
 
 /// redb's page cache. The repository keeps its own cache of MST nodes, and
 /// the operating system caches the file.
@@ -99,17 +105,21 @@ impl RedbEngine {
                 .map_err(|e| open_error(&path, e))?;
             Ok((lock, db))
         })?;
-        let mut engine = RedbEngine {
+        let engine = RedbEngine {
             path,
             db: RwLock::new(db),
             compacted: AtomicU64::new(0),
             _lock: lock,
         };
         engine.create_tables()?;
-        engine.compact_if_sparse()?;
+        let recorded = engine.recorded_compaction()?;
+        let size = engine.size_on_disk()?;
         engine
             .compacted
-            .store(engine.size_on_disk()?, Ordering::Relaxed);
+            .store(recorded.unwrap_or(size), Ordering::Relaxed);
+        if recorded.is_some() {
+            engine.compact_if_doubled()?;
+        }
         Ok(engine)
     }
 
@@ -127,10 +137,14 @@ impl RedbEngine {
         Ok(self.size_on_disk()?.saturating_sub(used))
     }
 
-    /// Gives the free space back to the file system (redb's `compact`).
+    /// Gives the free space back to the file system (redb's `compact`)
+    /// now, whatever the file's size.
     pub fn compact(&mut self) -> Result<(), EngineError> {
+        let file = self.path.join(REDB_FILE);
         let db = self.db.get_mut().unwrap_or_else(|e| e.into_inner());
-        while db.compact().map_err(EngineError::engine)? {}
+        if let Some(after) = compact_db(db, &file)? {
+            self.compacted.store(after, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -151,26 +165,34 @@ impl RedbEngine {
         let Ok(mut db) = self.db.try_write() else {
             return Ok(());
         };
-        loop {
-            match db.compact() {
-                Ok(true) => {}
-                Ok(false) => break,
-                Err(CompactionError::TransactionInProgress) => return Ok(()),
-                Err(e) => return Err(EngineError::engine(e)),
-            }
+        if let Some(after) = compact_db(&mut db, &self.path.join(REDB_FILE))? {
+            tracing::debug!(size, after, "compacted the redb store");
+            self.compacted.store(after, Ordering::Relaxed);
         }
-        drop(db);
-        let after = self.size_on_disk()?;
-        tracing::debug!(size, after, "compacted the redb store");
-        self.compacted.store(after, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// The file's size after its last compaction, if it was ever compacted.
+    fn recorded_compaction(&self) -> Result<Option<u64>, EngineError> {
+        let txn = self.db().begin_read().map_err(EngineError::engine)?;
+        let table = match txn.open_table(ENGINE_TABLE) {
+            Ok(table) => table,
+            Err(::redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(EngineError::engine(e)),
+        };
+        let value = table.get(COMPACTED).map_err(EngineError::engine)?;
+        Ok(value.map(|v| v.value()))
     }
 
     /// Every table exists from the start, so reads never meet a missing one.
     fn create_tables(&self) -> Result<(), EngineError> {
         let db = self.db();
         let txn = db.begin_read().map_err(EngineError::engine)?;
-        let present = txn.list_tables().map_err(EngineError::engine)?.count();
+        let present = txn
+            .list_tables()
+            .map_err(EngineError::engine)?
+            .filter(|t| Table::ALL.iter().any(|table| table.name() == t.name()))
+            .count();
         drop(txn);
         if present == Table::ALL.len() {
             return Ok(());
@@ -181,19 +203,29 @@ impl RedbEngine {
         }
         txn.commit().map_err(EngineError::engine)
     }
+}
 
-    fn compact_if_sparse(&mut self) -> Result<(), EngineError> {
-        let size = self.size_on_disk()?;
-        if size < COMPACT_MIN_BYTES {
-            return Ok(());
+/// Compacts `db` (whose file is `file`) and records the size it then has;
+/// None (nothing done) while a read transaction is live.
+fn compact_db(db: &mut Database, file: &Path) -> Result<Option<u64>, EngineError> {
+    loop {
+        match db.compact() {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(CompactionError::TransactionInProgress) => return Ok(None),
+            Err(e) => return Err(EngineError::engine(e)),
         }
-        let free = self.free_bytes()?;
-        if free as f64 > size as f64 * COMPACT_FREE_RATIO {
-            tracing::debug!(size, free, "compacting the redb store");
-            self.compact()?;
-        }
-        Ok(())
     }
+    let after = std::fs::metadata(file).map_err(EngineError::engine)?.len();
+    let txn = db.begin_write().map_err(EngineError::engine)?;
+    {
+        let mut table = txn.open_table(ENGINE_TABLE).map_err(EngineError::engine)?;
+        table
+            .insert(COMPACTED, after)
+            .map_err(EngineError::engine)?;
+    }
+    txn.commit().map_err(EngineError::engine)?;
+    Ok(Some(after))
 }
 
 /// Takes the folder's lock file, or says it is held.
