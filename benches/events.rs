@@ -53,7 +53,7 @@ fn main() {
         if memory {
             "memory engine"
         } else {
-            "sled, fsync per commit"
+            "disk engine (default), fsync per commit"
         },
         repo.event_retention()
     );

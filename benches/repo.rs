@@ -1,4 +1,4 @@
-//! Repository store throughput on sled: building a 100,000-record repository
+//! Repository store throughput on the default engine (redb): building a 100,000-record repository
 //! (single-record commits, then batches of 200), one update at 100k
 //! records, CAR export, one `listRecords` page of the 50 newest records
 //! (the reverse MST walk against the old walk from the collection's start),
@@ -43,7 +43,10 @@ fn main() {
     let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
     let base = Tid::parse("3lbqzdw5pzk22").unwrap().as_u64();
     let rkey = |i: usize| format!("{}.r0", Tid::from_u64(base + (i as u64) * 1024));
-    println!("repo bench: {total} chat.gel.assistant.message records, sled, fsync per commit");
+    println!(
+        "repo bench: {total} chat.gel.assistant.message records, {}, fsync per commit",
+        repo.engine().name()
+    );
 
     // 1. Single-record commits.
     let single = SINGLE.min(total);
@@ -111,7 +114,7 @@ fn main() {
 
     // 4. Size on disk.
     println!(
-        "store on disk: {:.1} MB (sled size_on_disk {:.1} MB) for {total} records",
+        "store on disk: {:.1} MB (engine size_on_disk {:.1} MB) for {total} records",
         du(&data) as f64 / 1e6,
         repo.size_on_disk().unwrap() as f64 / 1e6
     );
@@ -180,7 +183,7 @@ fn main() {
 /// The 50 newest records' keys, as `listRecords` (reverse=false) takes
 /// them: the old way (walk the collection from its start, keep the last
 /// page) against the reverse MST walk, each on a cold tree (every node read
-/// from sled and checked; blocks read counted) and on the repository's warm
+/// from the store and checked; blocks read counted) and on the repository's warm
 /// tree (nodes already in memory). Median of `PAGE_RUNS` runs.
 fn newest_page(repo: &Repository, total: usize) {
     let root = repo.mst().root();

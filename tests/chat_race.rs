@@ -1,4 +1,4 @@
-//! Several `gelstore` processes on one data folder at once. sled's file
+//! Several `gelstore` processes on one data folder at once. The store's file
 //! lock lets one process hold the store at a time; the others wait for it
 //! (`GELSTORE_LOCK_WAIT_SECS`, 30 s by default) and then meet the first
 //! one's writes: a taken reply key (`ReplyTaken`), an answered approval

@@ -8,7 +8,7 @@
 //!   secret is not the device's) opens nothing.
 //! - After A removes B, what A seals is unreadable to B.
 //! - Plaintext and secrets never reach the repository: the CAR export and
-//!   the raw sled files are scanned for markers and key bytes.
+//!   the raw store files are scanned for markers and key bytes.
 //! - Bad codes, files and states are named errors with exit 1 or 2.
 
 use std::fs;
@@ -547,7 +547,7 @@ fn plaintext_and_secrets_never_reach_the_repository() {
         }
     }
     // The records are there, sealed, and the scans can see them: the CAR
-    // and the sled files hold the chat's clear fields and the envelopes.
+    // and the store files hold the chat's clear fields and the envelopes.
     for clear in [&b"search"[..], b"xchacha20poly1305-hkdf-sha256-v1"] {
         assert!(contains(&car, clear));
         assert!(store.iter().any(|(_, data)| contains(data, clear)));

@@ -7,7 +7,8 @@
 //! Two children: this test binary itself, re-run as a writer loop through
 //! the library (many commits per process, so kills land mid-write), and the
 //! `gelstore repo apply` binary (one commit per process, so kills also land
-//! while sled opens and recovers).
+//! while the engine opens and recovers). Each runs on every store engine
+//! (`GELSTORE_STORE_ENGINE` chooses the child's new store).
 //!
 //! The writes of commit `n` are a function of `n`, so the expected contents
 //! after commits `1..=c` are known exactly; `c` is read back from a counter
@@ -23,6 +24,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use gelstore::repo::repository::{RepoError, Repository, Write};
+use gelstore::store::{ENGINE_ENV, EngineKind};
 use serde_json::{Value, json};
 
 const COLL: &str = "com.example.crash";
@@ -80,13 +82,14 @@ fn expected(c: u64) -> Vec<(String, Value)> {
 
 /// The number of commits the store holds (0 before the first), after a
 /// full check.
-fn verify_store(data: &Path) -> u64 {
+fn verify_store(data: &Path, engine: EngineKind) -> u64 {
     let repo = match Repository::open(data) {
         Ok(repo) => repo,
         // Killed before the first commit of `init` landed.
         Err(RepoError::NotInitialized { .. }) => return 0,
-        Err(e) => panic!("the store does not open after a kill: {e}"),
+        Err(e) => panic!("the {engine} store does not open after a kill: {e}"),
     };
+    assert_eq!(repo.engine().name(), engine.name());
     let report = repo
         .check()
         .unwrap_or_else(|e| panic!("store check after a kill: {e}"));
@@ -221,7 +224,16 @@ fn acks(child: &mut Child) -> mpsc::Receiver<u64> {
 }
 
 #[test]
-fn acknowledged_commits_survive_sigkill_of_a_writer_loop() {
+fn acknowledged_commits_survive_sigkill_of_a_writer_loop_redb() {
+    writer_loop_survives_sigkill(EngineKind::Redb);
+}
+
+#[test]
+fn acknowledged_commits_survive_sigkill_of_a_writer_loop_sled() {
+    writer_loop_survives_sigkill(EngineKind::Sled);
+}
+
+fn writer_loop_survives_sigkill(engine: EngineKind) {
     if std::env::var(CHILD_ENV).is_ok() {
         return;
     }
@@ -241,6 +253,7 @@ fn acknowledged_commits_survive_sigkill_of_a_writer_loop() {
                 "--test-threads=1",
             ])
             .env(CHILD_ENV, &data)
+            .env(ENGINE_ENV, engine.name())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -277,7 +290,7 @@ fn acknowledged_commits_survive_sigkill_of_a_writer_loop() {
             acked = n;
             total_acks += 1;
         }
-        let held = verify_store(&data);
+        let held = verify_store(&data, engine);
         assert!(
             held == acked || held == acked + 1,
             "round {round}: {acked} commits acknowledged, the store holds {held}"
@@ -286,7 +299,7 @@ fn acknowledged_commits_survive_sigkill_of_a_writer_loop() {
         acked = held;
     }
     eprintln!(
-        "{KILLS} kills, {total_acks} acknowledged commits, {acked} in the store, {:?}",
+        "{engine}: {KILLS} kills, {total_acks} acknowledged commits, {acked} in the store, {:?}",
         started.elapsed()
     );
     assert!(
@@ -296,7 +309,16 @@ fn acknowledged_commits_survive_sigkill_of_a_writer_loop() {
 }
 
 #[test]
-fn acknowledged_commits_survive_sigkill_of_gelstore_repo_apply() {
+fn acknowledged_commits_survive_sigkill_of_gelstore_repo_apply_redb() {
+    repo_apply_survives_sigkill(EngineKind::Redb);
+}
+
+#[test]
+fn acknowledged_commits_survive_sigkill_of_gelstore_repo_apply_sled() {
+    repo_apply_survives_sigkill(EngineKind::Sled);
+}
+
+fn repo_apply_survives_sigkill(engine: EngineKind) {
     if std::env::var(CHILD_ENV).is_ok() {
         return;
     }
@@ -306,6 +328,7 @@ fn acknowledged_commits_survive_sigkill_of_gelstore_repo_apply() {
     let bin = env!("CARGO_BIN_EXE_gelstore");
     let init = Command::new(bin)
         .args(["--data", data.to_str().unwrap(), "repo", "init"])
+        .args(["--engine", engine.name()])
         .output()
         .unwrap();
     assert!(init.status.success());
@@ -367,7 +390,7 @@ fn acknowledged_commits_survive_sigkill_of_gelstore_repo_apply() {
             completed += 1;
             true
         };
-        let now = verify_store(&data);
+        let now = verify_store(&data, engine);
         if acked {
             assert_eq!(
                 now, n,
@@ -382,7 +405,7 @@ fn acknowledged_commits_survive_sigkill_of_gelstore_repo_apply() {
         held = now;
     }
     eprintln!(
-        "{kills} kills of `repo apply`, {held} commits in the store, typical run {typical:?}"
+        "{engine}: {kills} kills of `repo apply`, {held} commits in the store, typical run {typical:?}"
     );
 }
 

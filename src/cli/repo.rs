@@ -22,6 +22,7 @@ use crate::repo::repository::{
     CommitInfo, ImportOptions, RepoError, Repository, Write, verify_car,
 };
 use crate::repo::tid::Tid;
+use crate::store::EngineKind;
 
 /// Longest line `repo apply` reads (a record block is at most 2 MiB of
 /// DAG-CBOR; its JSON, with base64 bytes, is larger).
@@ -30,7 +31,7 @@ const MAX_LINE_BYTES: usize = 8 * 1024 * 1024;
 #[derive(Subcommand, Debug)]
 pub enum RepoCommand {
     /// Create the repository and its identity if missing; print the DID.
-    Init(FormatArg),
+    Init(InitArgs),
     /// Apply JSON-lines writes from stdin as one signed commit.
     ///
     /// Each line: {"action": "create"|"update"|"delete", "collection",
@@ -56,6 +57,16 @@ pub enum RepoCommand {
 
 #[derive(Args, Debug)]
 pub struct FormatArg {
+    #[arg(long, value_enum, default_value_t)]
+    pub format: Format,
+}
+
+#[derive(Args, Debug)]
+pub struct InitArgs {
+    /// The store engine of a new store: redb (the default) or sled; also
+    /// `GELSTORE_STORE_ENGINE`. A store that exists keeps its engine.
+    #[arg(long, value_name = "ENGINE")]
+    pub engine: Option<EngineKind>,
     #[arg(long, value_enum, default_value_t)]
     pub format: Format,
 }
@@ -142,7 +153,7 @@ type Result<T> = std::result::Result<T, Failure>;
 
 pub fn run(data: &Path, cmd: RepoCommand) -> Outcome {
     let result = match cmd {
-        RepoCommand::Init(a) => init(data, a.format),
+        RepoCommand::Init(a) => init(data, a.engine, a.format),
         RepoCommand::Apply(a) => apply(data, a.format),
         RepoCommand::Get(a) => get(data, a),
         RepoCommand::Ls(a) => ls(data, a),
@@ -155,8 +166,11 @@ pub fn run(data: &Path, cmd: RepoCommand) -> Outcome {
     finish(result)
 }
 
-fn init(data: &Path, format: Format) -> Result<()> {
-    let repo = Repository::init(data)?;
+fn init(data: &Path, engine: Option<EngineKind>, format: Format) -> Result<()> {
+    let repo = match engine {
+        Some(engine) => Repository::init_with_engine(data, engine)?,
+        None => Repository::init(data)?,
+    };
     match format {
         Format::Human => say(repo.did()),
         Format::Json => say(head_json(&repo)),
@@ -500,6 +514,7 @@ fn import(data: &Path, args: ImportArgs) -> Result<()> {
             v["blocks"] = json!(stats.blocks);
             v["unreachableBlocks"] = json!(stats.unreachable_blocks);
             v["writable"] = json!(repo.is_writable());
+            v["engine"] = json!(repo.engine().name());
             say(v)
         }
     }
@@ -542,6 +557,7 @@ fn info(data: &Path, format: Format) -> Result<()> {
             say(format_args!("rev      {}", head.rev));
             say(format_args!("data     {}", head.data));
             say(format_args!("records  {}", repo.record_count()));
+            say(format_args!("engine   {}", repo.engine().name()));
             say(format_args!(
                 "writable {}",
                 if repo.is_writable() { "yes" } else { "no" }
@@ -550,6 +566,7 @@ fn info(data: &Path, format: Format) -> Result<()> {
         Format::Json => {
             let mut v = head_json(&repo);
             v["writable"] = json!(repo.is_writable());
+            v["engine"] = json!(repo.engine().name());
             say(v)
         }
     }

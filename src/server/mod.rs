@@ -350,7 +350,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     })
     .await;
     // The store closes before the marker goes, so a command that starts
-    // when the marker is gone does not meet sled's lock: the assistant's
+    // when the marker is gone does not meet the store's lock: the assistant's
     // watcher and runs (which hold the state) end first.
     stopping_done(&state);
     let _ = sweeper.await;

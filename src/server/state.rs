@@ -294,7 +294,7 @@ impl AppState {
         Ok(())
     }
 
-    /// Runs `f` on the repository on a blocking thread (sled reads and
+    /// Runs `f` on the repository on a blocking thread (store reads and
     /// fsyncs must not stall the async workers), under the lock; if `f`
     /// moved the head, `subscribeRepos` subscribers are woken and the blob
     /// index follows the new commits, deleting the blobs they left

@@ -75,4 +75,8 @@ impl Engine for MemoryEngine {
     fn size_on_disk(&self) -> Result<u64, EngineError> {
         Ok(0)
     }
+
+    fn name(&self) -> &'static str {
+        "memory"
+    }
 }

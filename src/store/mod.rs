@@ -12,21 +12,36 @@
 //!
 //! Engines:
 //!
-//! - [`SledEngine`]: sled 0.34 (the default, on disk). All tables share one
-//!   sled tree, each table under a one-byte key prefix, so a batch is a single
-//!   `apply_batch` (atomic in sled's log) followed by a `flush` (fsync).
+//! - [`RedbEngine`]: redb 4 (the default for new stores). One redb table
+//!   per [`Table`]; a batch is one write transaction, fsynced on commit;
+//!   pages a commit frees are reused, and the file is compacted each time
+//!   it has doubled, so it follows the live data.
+//! - [`SledEngine`]: sled 0.34. All tables share one sled tree, each table
+//!   under a one-byte key prefix, so a batch is a single `apply_batch`
+//!   (atomic in sled's log) followed by a `flush` (fsync). Its log keeps
+//!   dead versions until a segment is mostly dead, so under many small
+//!   commits its folder grows far past its rows (see `benches/store_engines.rs`).
 //! - [`MemoryEngine`]: a `BTreeMap` behind a lock, for tests.
 //!
-//! Another engine (an LSM, SQLite, ...) only has to implement [`Engine`].
+//! [`open_store`] opens a store folder with the engine it already holds
+//! ([`EngineKind::detect`]); a new folder gets [`EngineKind::for_new_store`]
+//! ([`ENGINE_ENV`], else [`EngineKind::DEFAULT`]). Another engine (an LSM,
+//! SQLite, ...) only has to implement [`Engine`].
 //! This module knows nothing of blocks, CIDs or commits; the repository
 //! decides what the tables hold (see `repo::repository`).
 
 pub mod files;
+mod kind;
+mod lock;
 mod memory;
+mod redb;
 mod sled;
 
+pub use self::kind::{ENGINE_ENV, EngineKind, open_store};
+pub use self::lock::{LOCK_WAIT, LOCK_WAIT_ENV, lock_wait};
 pub use self::memory::MemoryEngine;
-pub use self::sled::{LOCK_WAIT, LOCK_WAIT_ENV, SledEngine, lock_wait};
+pub use self::redb::{COMPACT_MIN_BYTES, REDB_FILE, RedbEngine};
+pub use self::sled::SledEngine;
 
 use std::error::Error as StdError;
 
@@ -106,6 +121,22 @@ pub enum EngineError {
         detail: String,
         /// How long the opener was to wait (it gave up after that).
         waited: std::time::Duration,
+    },
+    /// A store engine named (in [`ENGINE_ENV`] or an option) that this
+    /// build does not have.
+    #[error("unknown store engine {name:?}: the engines are redb and sled")]
+    UnknownEngine {
+        /// The name given (cut to 40 characters).
+        name: String,
+    },
+    /// The store folder holds files of two engines: which one is the store
+    /// cannot be told.
+    #[error(
+        "the store at {path} holds both a redb and a sled database; remove the one that is not the store"
+    )]
+    TwoEngines {
+        /// The store's folder.
+        path: String,
     },
     /// Anything else the engine reported.
     #[error("storage engine failed: {0}")]
@@ -194,6 +225,9 @@ pub trait Engine: Send + Sync {
 
     /// Bytes the store takes on disk (0 for memory engines).
     fn size_on_disk(&self) -> Result<u64, EngineError>;
+
+    /// The engine's name, for messages (`redb`, `sled`, `memory`).
+    fn name(&self) -> &'static str;
 }
 
 impl<E: Engine + ?Sized> Engine for Box<E> {
@@ -208,6 +242,9 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     }
     fn size_on_disk(&self) -> Result<u64, EngineError> {
         (**self).size_on_disk()
+    }
+    fn name(&self) -> &'static str {
+        (**self).name()
     }
 }
 
@@ -224,11 +261,15 @@ impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
     fn size_on_disk(&self) -> Result<u64, EngineError> {
         (**self).size_on_disk()
     }
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use std::time::Duration;
 
     /// The contract every engine must keep.
@@ -304,60 +345,164 @@ mod tests {
         engine_contract(&MemoryEngine::new());
     }
 
-    #[test]
-    fn sled_engine_keeps_the_contract_and_persists() {
-        let dir = tempfile::tempdir().unwrap();
-        {
-            let engine = SledEngine::open(dir.path()).unwrap();
-            engine_contract(&engine);
-            assert!(engine.size_on_disk().unwrap() > 0);
-        }
-        let engine = SledEngine::open(dir.path()).unwrap();
-        assert_eq!(
-            engine.get(Table::Blocks, b"b").unwrap(),
-            Some(b"last".to_vec())
-        );
-        assert_eq!(engine.get(Table::Meta, b"z").unwrap(), Some(b"x".to_vec()));
+    type Opener = fn(&std::path::Path, Duration) -> Result<Arc<dyn Engine>, EngineError>;
+
+    /// Each on-disk engine, opened with a lock wait.
+    fn disk_engines() -> [(&'static str, Opener); 2] {
+        [
+            ("redb", |p, w| {
+                Ok(Arc::new(RedbEngine::open_waiting(p, w)?) as Arc<dyn Engine>)
+            }),
+            ("sled", |p, w| {
+                Ok(Arc::new(SledEngine::open_waiting(p, w)?) as Arc<dyn Engine>)
+            }),
+        ]
     }
 
     #[test]
-    fn sled_engine_refuses_a_second_opener_after_its_wait() {
-        let dir = tempfile::tempdir().unwrap();
-        let _first = SledEngine::open(dir.path()).unwrap();
-        let started = std::time::Instant::now();
-        match SledEngine::open_waiting(dir.path(), Duration::from_secs(1)) {
-            Err(e @ EngineError::Locked { .. }) => {
-                let waited = started.elapsed();
-                assert!(waited >= Duration::from_secs(1), "{waited:?}");
-                assert!(waited < Duration::from_secs(5), "{waited:?}");
-                let message = e.to_string();
-                assert!(
-                    message.contains("still in use by another gelstore process")
-                        && message.contains("after waiting 1 s")
-                        && message.contains("GELSTORE_LOCK_WAIT_SECS"),
-                    "{message}"
-                );
-                // The engine's own words stay out of the message.
-                assert!(!message.contains("could not acquire lock"), "{message}");
+    fn disk_engines_keep_the_contract_and_persist() {
+        for (name, open) in disk_engines() {
+            let dir = tempfile::tempdir().unwrap();
+            {
+                let engine = open(dir.path(), Duration::ZERO).unwrap();
+                assert_eq!(engine.name(), name);
+                engine_contract(&*engine);
+                assert!(engine.size_on_disk().unwrap() > 0, "{name}");
             }
-            other => panic!("expected Locked, got {:?}", other.map(|_| ())),
-        }
-        match SledEngine::open_waiting(dir.path(), Duration::ZERO) {
-            Err(EngineError::Locked { .. }) => {}
-            other => panic!("expected Locked, got {:?}", other.map(|_| ())),
+            let engine = open(dir.path(), Duration::from_secs(10)).unwrap();
+            assert_eq!(
+                engine.get(Table::Blocks, b"b").unwrap(),
+                Some(b"last".to_vec()),
+                "{name}"
+            );
+            assert_eq!(engine.get(Table::Meta, b"z").unwrap(), Some(b"x".to_vec()));
+            drop(engine);
+            assert_eq!(
+                EngineKind::detect(dir.path())
+                    .unwrap()
+                    .map(EngineKind::name),
+                Some(name)
+            );
         }
     }
 
     #[test]
-    fn sled_engine_waits_for_a_handle_closed_meanwhile() {
+    fn disk_engines_refuse_a_second_opener_after_their_wait() {
+        for (name, open) in disk_engines() {
+            let dir = tempfile::tempdir().unwrap();
+            let _first = open(dir.path(), Duration::ZERO).unwrap();
+            let started = std::time::Instant::now();
+            match open(dir.path(), Duration::from_secs(1)) {
+                Err(e @ EngineError::Locked { .. }) => {
+                    let waited = started.elapsed();
+                    assert!(waited >= Duration::from_secs(1), "{name}: {waited:?}");
+                    assert!(waited < Duration::from_secs(5), "{name}: {waited:?}");
+                    let message = e.to_string();
+                    assert!(
+                        message.contains("still in use by another gelstore process")
+                            && message.contains("after waiting 1 s")
+                            && message.contains("GELSTORE_LOCK_WAIT_SECS"),
+                        "{name}: {message}"
+                    );
+                    // The engine's own words stay out of the message.
+                    assert!(!message.contains("could not acquire lock"), "{message}");
+                    assert!(!message.contains("lock file held"), "{message}");
+                }
+                other => panic!("{name}: expected Locked, got {:?}", other.map(|_| ())),
+            }
+            match open(dir.path(), Duration::ZERO) {
+                Err(EngineError::Locked { .. }) => {}
+                other => panic!("{name}: expected Locked, got {:?}", other.map(|_| ())),
+            }
+        }
+    }
+
+    #[test]
+    fn disk_engines_wait_for_a_handle_closed_meanwhile() {
+        for (name, open) in disk_engines() {
+            let dir = tempfile::tempdir().unwrap();
+            let first = open(dir.path(), Duration::ZERO).unwrap();
+            let path = dir.path().to_path_buf();
+            let second =
+                std::thread::spawn(move || open(&path, Duration::from_secs(20)).map(|_| ()));
+            std::thread::sleep(Duration::from_millis(400));
+            drop(first);
+            second
+                .join()
+                .unwrap()
+                .unwrap_or_else(|e| panic!("{name}: {e}"));
+        }
+    }
+
+    #[test]
+    fn a_store_keeps_its_engine_and_a_new_one_gets_the_one_asked_for() {
         let dir = tempfile::tempdir().unwrap();
-        let first = SledEngine::open(dir.path()).unwrap();
-        let path = dir.path().to_path_buf();
-        let second = std::thread::spawn(move || {
-            SledEngine::open_waiting(&path, Duration::from_secs(20)).map(|_| ())
-        });
-        std::thread::sleep(Duration::from_millis(400));
-        drop(first);
-        second.join().unwrap().unwrap();
+        for kind in EngineKind::ALL {
+            let folder = dir.path().join(kind.name());
+            assert_eq!(EngineKind::detect(&folder).unwrap(), None);
+            let engine = open_store(&folder, Some(kind)).unwrap();
+            assert_eq!(engine.name(), kind.name());
+            let mut batch = Batch::new();
+            batch.put(Table::Meta, b"k".to_vec(), b"v".to_vec());
+            engine.write(batch).unwrap();
+            drop(engine);
+            assert_eq!(EngineKind::detect(&folder).unwrap(), Some(kind));
+            // Asked for the other engine, the folder still opens with its own.
+            let other = EngineKind::ALL.into_iter().find(|k| *k != kind).unwrap();
+            let engine = retry(|| open_store(&folder, Some(other)));
+            assert_eq!(engine.name(), kind.name());
+            assert_eq!(engine.get(Table::Meta, b"k").unwrap(), Some(b"v".to_vec()));
+        }
+        assert_eq!(EngineKind::parse("ReDB").unwrap(), EngineKind::Redb);
+        let err = EngineKind::parse("rocks").unwrap_err().to_string();
+        assert!(err.contains("unknown store engine \"rocks\""), "{err}");
+        std::fs::write(dir.path().join("redb").join("db"), b"").unwrap();
+        assert!(matches!(
+            EngineKind::detect(&dir.path().join("redb")),
+            Err(EngineError::TwoEngines { .. })
+        ));
+    }
+
+    /// sled lets its lock go a moment after the handle is dropped.
+    fn retry(open: impl Fn() -> Result<Arc<dyn Engine>, EngineError>) -> Arc<dyn Engine> {
+        for _ in 0..200 {
+            match open() {
+                Err(EngineError::Locked { .. }) => std::thread::sleep(Duration::from_millis(50)),
+                other => return other.unwrap(),
+            }
+        }
+        panic!("still locked")
+    }
+
+    #[test]
+    fn redb_compacts_a_file_that_doubled() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = vec![7u8; 64 * 1024];
+        let engine = RedbEngine::open(dir.path()).unwrap();
+        let small = engine.size_on_disk().unwrap();
+        let mut batch = Batch::new();
+        for i in 0u32..200 {
+            batch.put(Table::Blocks, i.to_be_bytes().to_vec(), big.clone());
+        }
+        engine.write(batch).unwrap();
+        let mut batch = Batch::new();
+        for i in 0u32..190 {
+            batch.delete(Table::Blocks, i.to_be_bytes().to_vec());
+        }
+        engine.write(batch).unwrap();
+        drop(engine);
+        // A file that doubled at its first big write was compacted then
+        // (nothing to free yet) and its size recorded; the deletes left it
+        // mostly free, which an explicit compaction gives back.
+        let mut engine = RedbEngine::open(dir.path()).unwrap();
+        let before = engine.size_on_disk().unwrap();
+        assert!(
+            before > 10 * 1024 * 1024 && before > 2 * small,
+            "{before} B"
+        );
+        engine.compact().unwrap();
+        let size = engine.size_on_disk().unwrap();
+        assert!(size < 4 * 1024 * 1024, "{size} B after compaction");
+        assert_eq!(engine.scan(Table::Blocks, b"").count(), 10);
     }
 }

@@ -8,43 +8,12 @@
 //! log, so a write that returned `Ok` survives `kill -9`.
 
 use std::path::{Path, PathBuf};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::lock::{lock_wait, retry_while_locked};
 use super::{Batch, Engine, EngineError, Op, Scan, Table};
 
 const TREE: &str = "repo";
-
-/// How long [`SledEngine::open`] waits, by default, for a database another
-/// process (or handle) holds.
-pub const LOCK_WAIT: Duration = Duration::from_secs(30);
-
-/// The environment variable that overrides [`LOCK_WAIT`] for
-/// [`SledEngine::open`]: whole seconds, `0` to fail at once.
-pub const LOCK_WAIT_ENV: &str = "GELSTORE_LOCK_WAIT_SECS";
-
-/// How long a wait lasts before [`SledEngine::open`] says on stderr that it
-/// is waiting (a handle closed a moment ago is released well before).
-const LOCK_NOTICE_AFTER: Duration = Duration::from_millis(200);
-
-/// The lock wait [`SledEngine::open`] uses: [`LOCK_WAIT_ENV`] if it is set
-/// to a whole number of seconds, else [`LOCK_WAIT`] (a malformed value is
-/// reported on stderr and ignored).
-pub fn lock_wait() -> Duration {
-    match std::env::var(LOCK_WAIT_ENV) {
-        Err(_) => LOCK_WAIT,
-        Ok(v) => match v.trim().parse::<u64>() {
-            Ok(secs) => Duration::from_secs(secs),
-            Err(_) => {
-                eprintln!(
-                    "warning: {LOCK_WAIT_ENV}={v:?} is not a whole number of seconds; waiting up to {} s",
-                    LOCK_WAIT.as_secs()
-                );
-                LOCK_WAIT
-            }
-        },
-    }
-}
 
 /// A store on disk, in a sled database folder.
 pub struct SledEngine {
@@ -63,7 +32,7 @@ impl std::fmt::Debug for SledEngine {
 
 impl SledEngine {
     /// Opens (creating if needed) the sled database in folder `path`,
-    /// waiting up to [`lock_wait`] (30 s unless [`LOCK_WAIT_ENV`] says
+    /// waiting up to [`lock_wait`] (30 s unless [`LOCK_WAIT_ENV`](super::LOCK_WAIT_ENV) says
     /// otherwise) while another process has it open; see
     /// [`SledEngine::open_waiting`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self, EngineError> {
@@ -82,11 +51,8 @@ impl SledEngine {
     /// can be a moment after the handle was dropped.
     pub fn open_waiting(path: impl AsRef<Path>, wait: Duration) -> Result<Self, EngineError> {
         let path = path.as_ref().to_path_buf();
-        let started = Instant::now();
-        let mut pause = Duration::from_millis(5);
-        let mut noticed = false;
-        let db = loop {
-            let opened = sled::Config::new()
+        let db = retry_while_locked(&path, wait, || {
+            sled::Config::new()
                 .path(&path)
                 // Writes are flushed explicitly, per batch. The background
                 // flusher is also sled's segment cleaner, but turning it on
@@ -95,30 +61,8 @@ impl SledEngine {
                 // rows) and slowed them: it only added fsyncs.
                 .flush_every_ms(None)
                 .open()
-                .map_err(|e| open_error(&path, e));
-            match opened {
-                Err(EngineError::Locked { .. }) if started.elapsed() < wait => {
-                    if !noticed && started.elapsed() >= LOCK_NOTICE_AFTER {
-                        noticed = true;
-                        eprintln!(
-                            "waiting for the store at {} (held by another gelstore process)…",
-                            path.display()
-                        );
-                    }
-                    let left = wait.saturating_sub(started.elapsed());
-                    thread::sleep(pause.min(left));
-                    pause = (pause * 2).min(Duration::from_millis(100));
-                }
-                Err(EngineError::Locked { path, detail, .. }) => {
-                    return Err(EngineError::Locked {
-                        path,
-                        detail,
-                        waited: wait,
-                    });
-                }
-                other => break other?,
-            }
-        };
+                .map_err(|e| open_error(&path, e))
+        })?;
         let tree = db.open_tree(TREE).map_err(EngineError::engine)?;
         Ok(SledEngine { path, db, tree })
     }
@@ -194,5 +138,9 @@ impl Engine for SledEngine {
 
     fn size_on_disk(&self) -> Result<u64, EngineError> {
         self.db.size_on_disk().map_err(EngineError::engine)
+    }
+
+    fn name(&self) -> &'static str {
+        "sled"
     }
 }

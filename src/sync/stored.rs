@@ -1,7 +1,7 @@
 //! Where the mirror ([`SyncState`]) is kept: in the store itself, next to
 //! the repository, so each change is one atomic, durable engine batch.
 //!
-//! Layout (one sled tree, see `store`):
+//! Layout (tables of the store, see `store`):
 //!
 //! | table | key | value |
 //! |---|---|---|

@@ -26,7 +26,7 @@ use crate::repo::verify::{
     RepoSummary, SignatureCheck, VerifiedRepo, VerifyError, VerifyOptions, shorten, single_root,
     verify_with_nodes,
 };
-use crate::store::{Batch, Engine, SledEngine, Table};
+use crate::store::{Batch, Engine, Table, open_store};
 
 /// How to check a CAR before importing it.
 #[derive(Debug, Clone, Default)]
@@ -118,7 +118,7 @@ impl Repository {
     ) -> Result<(Repository, ImportStats), RepoError> {
         let dir = dir.as_ref();
         let engine = if store_path(dir).is_dir() {
-            let engine: Arc<dyn Engine> = Arc::new(SledEngine::open(store_path(dir))?);
+            let engine = open_store(&store_path(dir), None)?;
             ensure_empty(&*engine)?;
             Some(engine)
         } else {
@@ -130,7 +130,7 @@ impl Repository {
             Some(engine) => engine,
             None => {
                 identity::create_private_dir(dir)?;
-                Arc::new(SledEngine::open(store_path(dir))?)
+                open_store(&store_path(dir), None)?
             }
         };
         Repository::store_verified(engine, key, verified).map_err(|e| with_path(e, dir))

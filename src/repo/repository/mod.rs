@@ -8,7 +8,7 @@
 //! ```text
 //! DATA/            created with mode 0700
 //!   signing.key    the account key (see `repo::identity`), mode 0600
-//!   store/         the sled database (see `crate::store`)
+//!   store/         the store: a redb file or a sled database (see `crate::store`)
 //! ```
 //!
 //! # Store layout
@@ -89,7 +89,7 @@ use super::records::{RecordError, check_collection, prepare_record, repo_key};
 use super::tid::{Tid, TidClock, TidError};
 use super::verify::VerifyError;
 use crate::model::{decode_dag_cbor, ipld_to_json};
-use crate::store::{Batch, Engine, EngineError, SledEngine, Table};
+use crate::store::{Batch, Engine, EngineError, EngineKind, Table, open_store};
 
 /// The store layout version written in `Meta[format]`.
 pub const FORMAT: &[u8] = b"1";
@@ -420,7 +420,17 @@ impl Repository {
     /// repository (one commit of an empty tree) if they are missing.
     /// Opening an existing repository changes nothing.
     pub fn init(dir: impl AsRef<Path>) -> Result<Repository, RepoError> {
-        Repository::init_in(dir.as_ref(), None)
+        Repository::init_in(dir.as_ref(), None, None)
+    }
+
+    /// Like [`init`](Self::init), but a new store is made with `engine`
+    /// (instead of `GELSTORE_STORE_ENGINE` or the default). A store that
+    /// exists keeps the engine it has.
+    pub fn init_with_engine(
+        dir: impl AsRef<Path>,
+        engine: EngineKind,
+    ) -> Result<Repository, RepoError> {
+        Repository::init_in(dir.as_ref(), None, Some(engine))
     }
 
     /// Like [`init`](Self::init), but the repository belongs to `did` (a
@@ -428,14 +438,18 @@ impl Repository {
     /// the key's did:key. An existing repository is opened as it is, whatever
     /// its DID: the caller compares [`did`](Self::did) with what it wanted.
     pub fn init_as(dir: impl AsRef<Path>, did: &str) -> Result<Repository, RepoError> {
-        Repository::init_in(dir.as_ref(), Some(did))
+        Repository::init_in(dir.as_ref(), Some(did), None)
     }
 
     /// [`init`](Self::init) (`did` None: the key's did:key) and
-    /// [`init_as`](Self::init_as).
-    fn init_in(dir: &Path, did: Option<&str>) -> Result<Repository, RepoError> {
+    /// [`init_as`](Self::init_as); `engine` for a new store.
+    fn init_in(
+        dir: &Path,
+        did: Option<&str>,
+        engine: Option<EngineKind>,
+    ) -> Result<Repository, RepoError> {
         identity::create_private_dir(dir)?;
-        let engine: Arc<dyn Engine> = Arc::new(SledEngine::open(store_path(dir))?);
+        let engine = open_store(&store_path(dir), engine)?;
         if is_initialized(&*engine)? {
             let key = identity::load_key(dir)?;
             return Repository::open_engine(engine, key).map_err(|e| with_path(e, dir));
@@ -456,7 +470,7 @@ impl Repository {
                 path: dir.display().to_string(),
             });
         }
-        let engine: Arc<dyn Engine> = Arc::new(SledEngine::open(store_path(dir))?);
+        let engine = open_store(&store_path(dir), None)?;
         let key = identity::load_key(dir)?;
         Repository::open_engine(engine, key).map_err(|e| with_path(e, dir))
     }
@@ -910,7 +924,7 @@ fn is_initialized(engine: &dyn Engine) -> Result<bool, RepoError> {
     Ok(engine.get(Table::Meta, META_FORMAT)?.is_some())
 }
 
-/// The sled folder of data folder `dir`.
+/// The store folder of data folder `dir`.
 pub fn store_path(dir: &Path) -> PathBuf {
     dir.join(STORE_DIR)
 }

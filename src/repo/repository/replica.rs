@@ -11,14 +11,13 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::sync::Arc;
 
 use super::import::ensure_empty;
 use super::{
     ImportOptions, ImportStats, META_DID, RepoError, Repository, store_path, verify_car, with_path,
 };
 use crate::repo::identity;
-use crate::store::{Batch, Engine, SledEngine, Table};
+use crate::store::{Batch, Engine, Table, open_store};
 
 /// What [`Repository::refresh`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +44,7 @@ impl Repository {
             let (repo, stats) = Repository::import(dir, reader, options)?;
             return Ok((repo, stats, Refresh::Imported));
         }
-        let engine: Arc<dyn Engine> = Arc::new(SledEngine::open(store_path(dir))?);
+        let engine = open_store(&store_path(dir), None)?;
         let Some(did) = engine.get(Table::Meta, META_DID)? else {
             ensure_empty(&*engine)?;
             drop(engine);

@@ -1,0 +1,343 @@
+//! The redb engine (redb 4): a copy-on-write B-tree in one file.
+//!
+//! Each [`Table`] is a redb table of byte keys and byte values, and a
+//! [`Batch`] is one write transaction committed with redb's `Immediate`
+//! durability: the commit writes the new pages, then flips the header to
+//! the new root and fsyncs, so a batch is all there or not at all after a
+//! `kill -9` (redb falls back to the previous commit slot when the last
+//! one's checksums fail).
+//!
+//! Space: the pages a commit replaces are freed for the next commits to
+//! reuse, so the file follows the live data instead of the history (sled
+//! 0.34 keeps dead versions in its log until a segment is mostly dead).
+//! Still, the file grows past its live pages (a commit cannot reuse the
+//! pages the one before it freed, and a B-tree's pages are partly empty):
+//! once a file of at least [`COMPACT_MIN_BYTES`] has doubled since its last
+//! compaction, redb's `compact` gives the free pages back, after a write or
+//! at open. The size after compaction is kept in the file itself, so the
+//! check costs nothing at open (redb's own free-space count walks every
+//! page), and the work is amortised: at most proportional to what was
+//! written.
+//!
+//! Locking: a `lock` file beside the database is held with `flock` while
+//! the engine is open (per open file, so a second handle in the same
+//! process is refused too), with the same waiting as [`super::SledEngine`].
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+use ::redb::{
+    CompactionError, Database, DatabaseError, ReadableDatabase, TableDefinition, TableHandle,
+};
+
+use super::lock::{lock_wait, retry_while_locked};
+use super::{Batch, Engine, EngineError, Op, Scan, Table};
+
+/// The database file inside the store folder.
+pub const REDB_FILE: &str = "store.redb";
+
+/// The lock file inside the store folder.
+const LOCK_FILE: &str = "lock";
+
+/// Files smaller than this are not compacted (not worth the time).
+pub const COMPACT_MIN_BYTES: u64 = 4 * 1024 * 1024;
+
+/// The engine's own table: `compacted` → the file's size after its last
+/// compaction.
+const ENGINE_TABLE: TableDefinition<'static, &'static str, u64> =
+    TableDefinition::new("gelstore.engine");
+const COMPACTED: &str = "compacted";
+
+/// redb's page cache. The repository keeps its own cache of MST nodes, and
+/// the operating system caches the file.
+const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+type Def = TableDefinition<'static, &'static [u8], &'static [u8]>;
+
+fn def(table: Table) -> Def {
+    TableDefinition::new(table.name())
+}
+
+/// A store on disk, in a redb database file inside a folder.
+pub struct RedbEngine {
+    path: PathBuf,
+    /// Shared by reads and writes; taken alone only to compact.
+    db: RwLock<Database>,
+    /// The file's size after the last compaction (or at open): past twice
+    /// that, a write compacts.
+    compacted: AtomicU64,
+    // Dropped after `db` (fields drop in order): the lock is let go only
+    // once the database is closed.
+    _lock: File,
+}
+
+impl std::fmt::Debug for RedbEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedbEngine")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedbEngine {
+    /// Opens (creating if needed) the redb store in folder `path`, waiting
+    /// up to [`lock_wait`] while another process has it open; see
+    /// [`RedbEngine::open_waiting`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, EngineError> {
+        Self::open_waiting(path, lock_wait())
+    }
+
+    /// Opens (creating if needed) the redb store in folder `path`. While
+    /// another process (or another handle in this one) has it open, the
+    /// open is retried for up to `wait`, then fails with
+    /// [`EngineError::Locked`].
+    pub fn open_waiting(path: impl AsRef<Path>, wait: Duration) -> Result<Self, EngineError> {
+        let path = path.as_ref().to_path_buf();
+        std::fs::create_dir_all(&path).map_err(EngineError::engine)?;
+        let (lock, db) = retry_while_locked(&path, wait, || {
+            let lock = take_lock(&path)?;
+            let db = Database::builder()
+                .set_cache_size(CACHE_BYTES)
+                .create(path.join(REDB_FILE))
+                .map_err(|e| open_error(&path, e))?;
+            Ok((lock, db))
+        })?;
+        let engine = RedbEngine {
+            path,
+            db: RwLock::new(db),
+            compacted: AtomicU64::new(0),
+            _lock: lock,
+        };
+        engine.create_tables()?;
+        let recorded = engine.recorded_compaction()?;
+        let size = engine.size_on_disk()?;
+        engine
+            .compacted
+            .store(recorded.unwrap_or(size), Ordering::Relaxed);
+        if recorded.is_some() {
+            engine.compact_if_doubled()?;
+        }
+        Ok(engine)
+    }
+
+    /// The store folder.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes of the database file that hold no live page.
+    pub fn free_bytes(&self) -> Result<u64, EngineError> {
+        let txn = self.db().begin_write().map_err(EngineError::engine)?;
+        let stats = txn.stats().map_err(EngineError::engine)?;
+        let used = stats.allocated_pages() * stats.page_size() as u64;
+        txn.abort().map_err(EngineError::engine)?;
+        Ok(self.size_on_disk()?.saturating_sub(used))
+    }
+
+    /// Gives the free space back to the file system (redb's `compact`)
+    /// now, whatever the file's size.
+    pub fn compact(&mut self) -> Result<(), EngineError> {
+        let file = self.path.join(REDB_FILE);
+        let db = self.db.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Some(after) = compact_db(db, &file)? {
+            self.compacted.store(after, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn db(&self) -> RwLockReadGuard<'_, Database> {
+        // A panic under the lock leaves redb's own state consistent.
+        self.db.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// After a write: compacts a file that has doubled since it was last
+    /// compact. Skipped (and tried again at the next write) while a read,
+    /// such as a long scan, holds a transaction or the lock.
+    fn compact_if_doubled(&self) -> Result<(), EngineError> {
+        let size = self.size_on_disk()?;
+        let last = self.compacted.load(Ordering::Relaxed);
+        if size < COMPACT_MIN_BYTES || size < last.saturating_mul(2) {
+            return Ok(());
+        }
+        let Ok(mut db) = self.db.try_write() else {
+            return Ok(());
+        };
+        if let Some(after) = compact_db(&mut db, &self.path.join(REDB_FILE))? {
+            tracing::debug!(size, after, "compacted the redb store");
+            self.compacted.store(after, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// The file's size after its last compaction, if it was ever compacted.
+    fn recorded_compaction(&self) -> Result<Option<u64>, EngineError> {
+        let txn = self.db().begin_read().map_err(EngineError::engine)?;
+        let table = match txn.open_table(ENGINE_TABLE) {
+            Ok(table) => table,
+            Err(::redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(EngineError::engine(e)),
+        };
+        let value = table.get(COMPACTED).map_err(EngineError::engine)?;
+        Ok(value.map(|v| v.value()))
+    }
+
+    /// Every table exists from the start, so reads never meet a missing one.
+    fn create_tables(&self) -> Result<(), EngineError> {
+        let db = self.db();
+        let txn = db.begin_read().map_err(EngineError::engine)?;
+        let present = txn
+            .list_tables()
+            .map_err(EngineError::engine)?
+            .filter(|t| Table::ALL.iter().any(|table| table.name() == t.name()))
+            .count();
+        drop(txn);
+        if present == Table::ALL.len() {
+            return Ok(());
+        }
+        let txn = db.begin_write().map_err(EngineError::engine)?;
+        for table in Table::ALL {
+            txn.open_table(def(table)).map_err(EngineError::engine)?;
+        }
+        txn.commit().map_err(EngineError::engine)
+    }
+}
+
+/// Compacts `db` (whose file is `file`) and records the size it then has;
+/// None (nothing done) while a read transaction is live.
+fn compact_db(db: &mut Database, file: &Path) -> Result<Option<u64>, EngineError> {
+    loop {
+        match db.compact() {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(CompactionError::TransactionInProgress) => return Ok(None),
+            Err(e) => return Err(EngineError::engine(e)),
+        }
+    }
+    let after = std::fs::metadata(file).map_err(EngineError::engine)?.len();
+    let txn = db.begin_write().map_err(EngineError::engine)?;
+    {
+        let mut table = txn.open_table(ENGINE_TABLE).map_err(EngineError::engine)?;
+        table
+            .insert(COMPACTED, after)
+            .map_err(EngineError::engine)?;
+    }
+    txn.commit().map_err(EngineError::engine)?;
+    Ok(Some(after))
+}
+
+/// Takes the folder's lock file, or says it is held.
+fn take_lock(path: &Path) -> Result<File, EngineError> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path.join(LOCK_FILE))
+        .map_err(EngineError::engine)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(locked(path, "lock file held")),
+        Err(TryLockError::Error(e)) => Err(EngineError::engine(e)),
+    }
+}
+
+fn locked(path: &Path, detail: impl Into<String>) -> EngineError {
+    EngineError::Locked {
+        path: path.display().to_string(),
+        detail: detail.into(),
+        waited: Duration::ZERO,
+    }
+}
+
+fn open_error(path: &Path, e: DatabaseError) -> EngineError {
+    match e {
+        DatabaseError::DatabaseAlreadyOpen => locked(path, e.to_string()),
+        other => EngineError::engine(other),
+    }
+}
+
+fn failed_scan<'a>(e: impl Into<::redb::Error>) -> Scan<'a> {
+    Box::new(std::iter::once(Err(EngineError::engine(e.into()))))
+}
+
+impl Engine for RedbEngine {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        let txn = self.db().begin_read().map_err(EngineError::engine)?;
+        let table = txn.open_table(def(table)).map_err(EngineError::engine)?;
+        let value = table.get(key).map_err(EngineError::engine)?;
+        Ok(value.map(|v| v.value().to_vec()))
+    }
+
+    fn scan(&self, table: Table, start: &[u8]) -> Scan<'_> {
+        // The lock is held only to begin: the range keeps its read
+        // transaction alive on its own (and holds off compaction meanwhile).
+        let txn = match self.db().begin_read() {
+            Ok(txn) => txn,
+            Err(e) => return failed_scan(e),
+        };
+        let table = match txn.open_table(def(table)) {
+            Ok(table) => table,
+            Err(e) => return failed_scan(e),
+        };
+        let range = match table.range::<&[u8]>(start..) {
+            Ok(range) => range,
+            Err(e) => return failed_scan(e),
+        };
+        Box::new(range.map(|item| {
+            item.map(|(k, v)| (k.value().to_vec(), v.value().to_vec()))
+                .map_err(EngineError::engine)
+        }))
+    }
+
+    fn write(&self, batch: Batch) -> Result<(), EngineError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        // Immediate durability (redb's default): `commit` returns once the
+        // new root is fsynced.
+        let db = self.db();
+        let txn = db.begin_write().map_err(EngineError::engine)?;
+        {
+            let mut open: [Option<::redb::Table<'_, &[u8], &[u8]>>; Table::ALL.len()] =
+                [const { None }; Table::ALL.len()];
+            for op in batch.into_ops() {
+                let (table, key) = match &op {
+                    Op::Put(table, key, _) | Op::Delete(table, key) => (*table, key),
+                };
+                let slot = &mut open[table as usize];
+                if slot.is_none() {
+                    *slot = Some(txn.open_table(def(table)).map_err(EngineError::engine)?);
+                }
+                let handle = slot.as_mut().expect("opened above");
+                match &op {
+                    Op::Put(_, _, value) => {
+                        handle
+                            .insert(key.as_slice(), value.as_slice())
+                            .map_err(EngineError::engine)?;
+                    }
+                    Op::Delete(..) => {
+                        handle.remove(key.as_slice()).map_err(EngineError::engine)?;
+                    }
+                }
+            }
+        }
+        txn.commit().map_err(EngineError::engine)?;
+        drop(db);
+        // The batch is durable whatever compaction does.
+        if let Err(e) = self.compact_if_doubled() {
+            tracing::warn!("compacting the redb store failed: {e}");
+        }
+        Ok(())
+    }
+
+    fn size_on_disk(&self) -> Result<u64, EngineError> {
+        let meta = std::fs::metadata(self.path.join(REDB_FILE)).map_err(EngineError::engine)?;
+        Ok(meta.len())
+    }
+
+    fn name(&self) -> &'static str {
+        "redb"
+    }
+}
