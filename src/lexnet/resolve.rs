@@ -10,10 +10,10 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use cid::Cid;
+use hickory_resolver::TokioResolver;
 use hickory_resolver::config::{NameServerConfig, ResolverConfig, ResolverOpts};
 use hickory_resolver::name_server::TokioConnectionProvider;
 use hickory_resolver::proto::xfer::Protocol;
-use hickory_resolver::{ResolveError, TokioResolver};
 use serde_json::Value;
 
 use super::LexNetError;
@@ -184,7 +184,7 @@ impl Resolver {
                         .collect::<String>()
                 })
                 .collect()),
-            Err(e) if no_records(&e) => Err(LexNetError::NoTxtRecord {
+            Err(e) if e.is_no_records_found() => Err(LexNetError::NoTxtRecord {
                 name: name.to_owned(),
             }),
             Err(e) => Err(LexNetError::Dns {
@@ -340,10 +340,6 @@ enum Answer {
         error: String,
         message: String,
     },
-}
-
-fn no_records(e: &ResolveError) -> bool {
-    e.is_no_records_found()
 }
 
 /// The `#atproto_pds` service endpoint of a DID document.
