@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-#[path = "../tests/common_launch/mod.rs"]
+#[allow(dead_code)] // the tests\' support module; a bench uses a part
+#[path = "../tests/support/launch.rs"]
 mod launch;
 
 fn gel(data: &Path, args: &[&str]) -> String {

@@ -4,7 +4,7 @@
 //!
 //! Run: `cargo bench --bench sync` (release profile). Needs Node 20+ and
 //! npm: the reference PDS in tests/pds is started (and installed on first
-//! use) by tests/common_pds, on loopback.
+//! use) by tests/support/pds.rs, on loopback.
 //!
 //! The records: a device's store with one chat and 500 exchanges (a sealed
 //! user message and a sealed finished reply each: 1,000
@@ -20,8 +20,12 @@
 //!
 //! Login is outside both push timings.
 
-#[path = "../tests/common_pds/mod.rs"]
-mod common_pds;
+#[allow(dead_code)] // the tests\' support module; a bench uses a part
+#[path = "../tests/support/launch.rs"]
+mod launch;
+#[allow(dead_code)] // the tests\' support module; a bench uses a part
+#[path = "../tests/support/pds.rs"]
+mod pds;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -35,7 +39,7 @@ use gelstore::repo::repository::Repository;
 use gelstore::sync::{self, Progress, SyncOptions};
 use serde_json::{Value, json};
 
-use common_pds::Pds;
+use pds::Pds;
 
 const EXCHANGES: usize = 500;
 

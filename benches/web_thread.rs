@@ -55,23 +55,28 @@
 //! rendered at once after that; not yet done: rendering older messages
 //! only when scrolled to.
 
-#[path = "../tests/common_browser/mod.rs"]
-mod common_browser;
-#[path = "../tests/common_serve/mod.rs"]
-mod common_serve;
+#[allow(dead_code)] // the tests\' support module; a bench uses a part
+#[path = "../tests/support/browser.rs"]
+mod browser;
+#[allow(dead_code)] // the tests\' support module; a bench uses a part
+#[path = "../tests/support/launch.rs"]
+mod launch;
+#[allow(dead_code)] // the tests\' support module; a bench uses a part
+#[path = "../tests/support/serve.rs"]
+mod serve;
 
 use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common_browser::{Browser, chromium_present};
-use common_serve::{PASSWORD, Serve, gel_ok};
+use browser::{Browser, chromium_present};
 use gelstore::chat::approval::NoApproval;
 use gelstore::chat::keys::Attempt;
 use gelstore::chat::reply::Reply;
 use gelstore::chat::store::ChatStore;
 use serde_json::{Value, json};
+use serve::{PASSWORD, Serve, gel_ok};
 
 const EXCHANGES: usize = 500;
 const RUNS: usize = 5;

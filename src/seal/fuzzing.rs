@@ -1,5 +1,5 @@
 //! The property the `seal_open` fuzz target checks, shared with the test
-//! that runs its seeds (`tests/seal_records.rs`). Not an API.
+//! that runs its seeds (`tests/seal/seal_records.rs`). Not an API.
 
 use std::convert::Infallible;
 use std::io::Read;

@@ -1,5 +1,5 @@
 // Drives a running `gelstore serve` (or any PDS) with the standard atproto
-// npm clients, unchanged. Run by tests/serve_clients.rs:
+// npm clients, unchanged. Run by tests/serve/serve_clients.rs:
 //
 //   SERVICE=http://localhost:PORT HANDLE=h DID=did PASSWORD=pw [PLC=url] node drive.mjs MODE
 //

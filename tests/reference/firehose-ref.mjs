@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // A reference check of our `subscribeRepos` `#commit` frames with the
 // reference TypeScript packages (@atproto/lex-cbor, @atproto/repo, pinned
-// in package.json), for tests/repo_events_reference.rs. It does what a
+// in package.json), for tests/repo/repo_events_reference.rs. It does what a
 // sync v1.1 firehose consumer does with each event:
 //
 //   1. decode the binary message as two DAG-CBOR items (header, body)

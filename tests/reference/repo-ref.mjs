@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // The reference TypeScript repository implementation (@atproto/repo, pinned
 // in package.json) behind a small CLI, for the differential test
-// tests/reference_repo.rs. Every command prints one JSON object on stdout.
+// tests/repo/reference_repo.rs. Every command prints one JSON object on stdout.
 // A verification that rejects its input still exits 0 with {"ok": false};
 // a non-zero exit means the command itself was misused or crashed.
 //

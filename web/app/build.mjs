@@ -2,7 +2,7 @@
 // pinned esbuild from src/main.ts and @gelstore/seal's TypeScript source,
 // index.html and app.css copied. Each output says it is generated. The
 // outputs are checked in, so `cargo build` needs no Node;
-// tests/web_app_browser.rs rebuilds them into a temp dir and fails if the
+// tests/serve/web_app_browser.rs rebuilds them into a temp dir and fails if the
 // checked-in bytes differ.
 //
 //   cd web/seal && npm ci && cd ../app && npm ci && node build.mjs

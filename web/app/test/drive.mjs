@@ -1,4 +1,4 @@
-// The browser half of tests/web_app_browser.rs: headless Chromium (the
+// The browser half of tests/serve/web_app_browser.rs: headless Chromium (the
 // system's, given as CHROMIUM; puppeteer-core downloads nothing) driven by
 // JSON commands, one per stdin line, each answered by one JSON line on
 // stdout. The scenario lives in the Rust test; this only does what it says:

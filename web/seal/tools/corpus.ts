@@ -1,4 +1,4 @@
-// The interop corpus both sides exchange (tests/web_seal_interop.rs): key
+// The interop corpus both sides exchange (tests/seal/web_seal_interop.rs): key
 // records, sealed records with the plaintext each must open to, blobs, and
 // tampered inputs with the error category each must fail with. All JSON:
 // records as atproto JSON, bytes as lowercase hex.

@@ -1,4 +1,4 @@
-// The Node half of tests/web_seal_interop.rs:
+// The Node half of tests/seal/web_seal_interop.rs:
 //   node dist/tools/interop.js new-device DIR   a new device: DIR/ts-device.json
 //   node dist/tools/interop.js open DIR         join with DIR/rust-corpus.json, open all of it: DIR/ts-opened.json
 //   node dist/tools/interop.js seal DIR         seal a corpus of its own: DIR/ts-corpus.json
