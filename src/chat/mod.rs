@@ -41,5 +41,5 @@ pub use keys::{Attempt, KeyError, MessageKey, ReplyKey};
 pub use record::ChatRecord;
 pub use reply::{End, Finished, FinishedReply, Reply, ReplyError};
 pub use run::{LineRun, begin_reply, settle_answer};
-pub use store::{ChatStore, ChatStoreError, PendingReply};
+pub use store::{ChatStore, ChatStoreError, PendingReply, ReplyStart, ReplyTo};
 pub use thread::Thread;

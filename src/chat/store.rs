@@ -73,6 +73,11 @@ pub enum ChatStoreError {
     /// finished already.
     #[error("reply {key} was already finished; a reply is filled exactly once")]
     ReplyAlreadyFinished { key: String },
+    /// A run of a reply asked for elsewhere, but no such reply exists.
+    #[error(
+        "no pending reply {key}: nothing asked for it (drop --asked to write it here, or sync first)"
+    )]
+    NotAsked { key: String },
     /// A pending reply whose authenticator is missing or does not open
     /// here: nothing shows a device of the account wrote it (forged, or an
     /// old version put back), so nothing is generated for it.
@@ -147,6 +152,24 @@ pub struct PendingReply {
     pub record: Message,
     /// The pending version's CID.
     pub cid: Cid,
+}
+
+/// Which pending reply a run fills (see [`ChatStore::reply_to_fill`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplyStart {
+    /// Write the pending reply now (create-if-absent).
+    Write,
+    /// Fill the pending reply another device wrote with the message.
+    Asked,
+}
+
+/// The reply a run fills: to user message `message`, attempt `attempt`
+/// (default: the one the message asks for), started as `start` says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReplyTo {
+    pub message: Tid,
+    pub attempt: Option<Attempt>,
+    pub start: ReplyStart,
 }
 
 /// What a message's content is, as this device sees it.
@@ -530,19 +553,7 @@ impl ChatStore {
     /// [`ChatStore::finish_reply`] needs.
     pub fn start_reply(&mut self, message: Tid, attempt: Option<Attempt>) -> Result<PendingReply> {
         self.ensure_index()?;
-        let (user, _) = self.message(&message.to_string())?;
-        if user.role != MessageRole::User {
-            return Err(ChatStoreError::NotAUserMessage {
-                key: message.to_string(),
-            });
-        }
-        let attempt = match attempt {
-            Some(a) => a,
-            None => {
-                requested_reply(&message.to_string(), &user).map_or(Attempt::FIRST, |k| k.attempt())
-            }
-        };
-        let key = ReplyKey::new(message, attempt);
+        let (key, user) = self.reply_key_for(message, attempt)?;
         let chat = own_chat(&user, "message")?;
         let record = pending_reply(user.chat.clone(), Self::now()?);
         self.device
@@ -555,7 +566,7 @@ impl ChatStore {
             .map_err(DeviceError::from)?
             .ok_or_else(|| invalid("reply", "the pending reply is missing after its commit"))?;
         // A newer attempt supersedes a waiting one.
-        self.index.supersede(message, attempt);
+        self.index.supersede(message, key.attempt());
         self.save_index()?;
         Ok(PendingReply {
             key,
@@ -563,6 +574,51 @@ impl ChatStore {
             record,
             cid,
         })
+    }
+
+    /// The reply key a run of user message `message` fills: `attempt`, or
+    /// the one the message asks for, else the first.
+    fn reply_key_for(&self, message: Tid, attempt: Option<Attempt>) -> Result<(ReplyKey, Message)> {
+        let (user, _) = self.message(&message.to_string())?;
+        if user.role != MessageRole::User {
+            return Err(ChatStoreError::NotAUserMessage {
+                key: message.to_string(),
+            });
+        }
+        let attempt = match attempt {
+            Some(a) => a,
+            None => {
+                requested_reply(&message.to_string(), &user).map_or(Attempt::FIRST, |k| k.attempt())
+            }
+        };
+        Ok((ReplyKey::new(message, attempt), user))
+    }
+
+    /// The pending reply a run of `message` fills: written now
+    /// ([`ChatStore::start_reply`]) or, for [`ReplyStart::Asked`], the one
+    /// already in the repository, which another device (the chat page, a
+    /// phone) wrote with the message ([`ChatStore::pending_reply`] checks
+    /// it is pending and authentic). Either way the finish is swapped on
+    /// the pending record's CID, so only one run of a key is ever kept.
+    pub fn reply_to_fill(
+        &mut self,
+        message: Tid,
+        attempt: Option<Attempt>,
+        start: ReplyStart,
+    ) -> Result<PendingReply> {
+        match start {
+            ReplyStart::Write => self.start_reply(message, attempt),
+            ReplyStart::Asked => {
+                self.ensure_index()?;
+                let (key, _) = self.reply_key_for(message, attempt)?;
+                self.pending_reply(&key).map_err(|e| match e {
+                    ChatStoreError::NoMessage { .. } => ChatStoreError::NotAsked {
+                        key: key.to_string(),
+                    },
+                    e => e,
+                })
+            }
+        }
     }
 
     /// Writes the finished reply: its blobs stored first (so no record
@@ -644,10 +700,16 @@ impl ChatStore {
         lines: impl IntoIterator<Item = std::io::Result<String>>,
         on_event: impl FnMut(&AssistantEvent),
     ) -> Result<(PendingReply, FinishedReply)> {
-        self.run_reply_with(message, attempt, policy, &BTreeMap::new(), lines, on_event)
+        let to = ReplyTo {
+            message,
+            attempt,
+            start: ReplyStart::Write,
+        };
+        self.run_reply_with(to, policy, &BTreeMap::new(), lines, on_event)
     }
 
-    /// [`ChatStore::run_reply`], where `message` may be an approval answer
+    /// [`ChatStore::run_reply`] of the reply `to`, whose message may be an
+    /// approval answer
     /// (a user message of `toolApprovalPart`s continuing from a waiting
     /// reply): then the reply starts with the decided calls repeated, each
     /// followed by its result (`Reply::resume`). `tool_runs` holds the
@@ -656,13 +718,13 @@ impl ChatStore {
     /// a result is refused before anything is written.
     pub fn run_reply_with(
         &mut self,
-        message: Tid,
-        attempt: Option<Attempt>,
+        to: ReplyTo,
         policy: std::sync::Arc<dyn super::ApprovalPolicy + Send + Sync>,
         tool_runs: &BTreeMap<String, super::ToolRun>,
         lines: impl IntoIterator<Item = std::io::Result<String>>,
         mut on_event: impl FnMut(&AssistantEvent),
     ) -> Result<(PendingReply, FinishedReply)> {
+        let message = to.message;
         let settled = match self.answer_resolution(message)? {
             Some(resolution) => Some(settle_answer(&resolution, tool_runs)?),
             None if !tool_runs.is_empty() => {
@@ -675,7 +737,7 @@ impl ChatStore {
             }
             None => None,
         };
-        let pending = self.start_reply(message, attempt)?;
+        let pending = self.reply_to_fill(to.message, to.attempt, to.start)?;
         let (mut run, first) = begin_reply(&pending, policy, settled.as_deref())?;
         for e in &first {
             on_event(e);

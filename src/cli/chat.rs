@@ -20,6 +20,7 @@ use crate::chat::ToolRun;
 use crate::chat::store::{ChatThread, ContentState, WaitingApproval};
 use crate::chat::{
     ApprovalPolicy, AskFor, Attempt, ChatStore, ChatStoreError, MessageKey, NoApproval, ReplyKey,
+    ReplyStart, ReplyTo,
 };
 use crate::lexicon::chat::gel::assistant::defs::{
     Effort, GenerationRequest, ModelRef, PlainContent, PlainContentPartsItem, ToolApprovalPart,
@@ -123,6 +124,11 @@ pub struct ReplyArgs {
     /// Tools whose calls need the user's approval (the reply then waits).
     #[arg(long, value_name = "NAME,...", value_delimiter = ',')]
     pub approve_tools: Vec<String>,
+    /// Fill the pending reply another device already wrote with the
+    /// message (the chat page, `chat ask` elsewhere; synced here) instead
+    /// of writing a new one. Only one run of a reply is ever kept.
+    #[arg(long)]
+    pub asked: bool,
     /// For a reply to an approval answer: the output of an approved call
     /// the host ran (repeat for each approved call). Denied calls get a
     /// refused error result.
@@ -345,10 +351,19 @@ fn reply(data: &Path, args: ReplyArgs) -> Result<()> {
         }
     }
     let mut store = ChatStore::open(data)?;
-    let (pending, finished) =
-        store.run_reply_with(message, attempt, policy, &runs, input.lines(), |event| {
-            say(event.to_json_line())
-        })?;
+    let start = if args.asked {
+        ReplyStart::Asked
+    } else {
+        ReplyStart::Write
+    };
+    let to = ReplyTo {
+        message,
+        attempt,
+        start,
+    };
+    let (pending, finished) = store.run_reply_with(to, policy, &runs, input.lines(), |event| {
+        say(event.to_json_line())
+    })?;
     let status = finished.status.as_str();
     eprintln!("reply {}: {status}", pending.key);
     if !finished.waiting.is_empty() {

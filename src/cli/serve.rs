@@ -100,6 +100,12 @@ pub struct ServeArgs {
     /// number (the latest event is always kept).
     #[arg(long, value_name = "BYTES", default_value_t = crate::repo::events::DEFAULT_RETENTION_BYTES)]
     event_window_bytes: u64,
+    /// A PDS the chat page at / may sign in at, besides this server, for
+    /// accounts that live there (repeat for more). Its origin is added to
+    /// the page's Content-Security-Policy; the page reads and writes the
+    /// sealed records there itself.
+    #[arg(long, value_name = "URL", value_parser = crate::server::web::origin_of)]
+    web_pds: Vec<String>,
 }
 
 fn parse_connections(s: &str) -> Result<usize, String> {
@@ -150,6 +156,7 @@ pub fn run(data: &Path, args: ServeArgs) -> Outcome {
         public_url: args.public_url,
         trusted_proxies: args.trusted_proxies,
         event_window: (args.event_window, args.event_window_bytes),
+        web_pds: args.web_pds,
         assistant: runner.map(|runner| server::AssistantOptions {
             runner,
             approve_tools: args.approve_tools,

@@ -36,7 +36,7 @@ mod routes;
 pub mod running;
 mod sessions;
 mod state;
-mod web;
+pub mod web;
 mod xrpc;
 
 use std::net::SocketAddr;
@@ -95,6 +95,8 @@ pub struct ServeOptions {
     /// The `#commit` events kept for replay: at most this many, and at
     /// most this many bytes of them.
     pub event_window: (u64, u64),
+    /// PDSes (origins) the chat page may sign in at besides this server.
+    pub web_pds: Vec<String>,
     /// Run the assistant: the folder holds a device of the account, and
     /// pending replies are generated with this model command.
     pub assistant: Option<AssistantOptions>,
@@ -327,10 +329,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         .route("/.well-known/did.json", get(did_json))
         .route("/.well-known/atproto-did", get(atproto_did))
         .route("/xrpc/_health", get(health))
-        .route("/", get(web::index))
-        .route("/index.html", get(web::index))
-        .route("/app.js", get(web::app_js))
-        .route("/app.css", get(web::app_css))
+        .merge(web::routes(web::Page::new(&options.web_pds)))
         .route("/{did}", get(plc_style_did))
         .fallback(not_found)
         .with_state(state.clone());

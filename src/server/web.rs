@@ -8,17 +8,91 @@
 //! and connections only from this origin (no inline script or style, no
 //! third-party request of any kind), plus the websocket URL of the same
 //! host (`ws:`/`wss:`, which `'self'` does not name in every browser), and
-//! no framing.
+//! no framing. The one exception is what the operator names with
+//! `serve --web-pds URL`: PDSes an account may live on, which the page may
+//! sign in at and read and write records on. Their origins are added to
+//! `connect-src` and listed in `/config.json` for the sign-in form.
 
+use std::sync::Arc;
+
+use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 
 const INDEX_HTML: &str = include_str!("../../web/app/dist/index.html");
 const APP_JS: &str = include_str!("../../web/app/dist/app.js");
 const APP_CSS: &str = include_str!("../../web/app/dist/app.css");
 
-/// The policy, with `{ws}` the same host's websocket origins (or nothing).
-fn policy(headers: &HeaderMap) -> String {
+/// What the page may reach besides this server: the origins of the PDSes
+/// the operator named (`--web-pds`).
+#[derive(Clone, Debug, Default)]
+pub struct Page {
+    servers: Vec<String>,
+}
+
+impl Page {
+    /// A page that may also sign in at `servers` (each an origin, as
+    /// [`origin_of`] gives it; anything else is left out).
+    pub fn new(servers: &[String]) -> Page {
+        let mut servers: Vec<String> = servers
+            .iter()
+            .filter(|s| origin_of(s).as_deref() == Ok(s.as_str()))
+            .cloned()
+            .collect();
+        servers.dedup();
+        Page { servers }
+    }
+}
+
+/// The origin (`scheme://host[:port]`) of a PDS URL for `--web-pds`: http
+/// or https, with no user, path, query or fragment, since CSP and the
+/// page's calls name only the origin.
+pub fn origin_of(url: &str) -> Result<String, String> {
+    let u = url::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(format!("{url:?}: only http and https servers"));
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(format!("{url:?}: no user or password in the URL"));
+    }
+    if u.path() != "/" || u.query().is_some() || u.fragment().is_some() {
+        return Err(format!(
+            "{url:?}: give the server's origin only (scheme, host and port), not a path"
+        ));
+    }
+    match u.origin() {
+        o @ url::Origin::Tuple(..) => Ok(o.ascii_serialization()),
+        url::Origin::Opaque(_) => Err(format!("{url:?} has no origin")),
+    }
+}
+
+/// The page's routes: `/`, `/index.html`, `/app.js`, `/app.css` and
+/// `/config.json`.
+pub fn routes<S: Clone + Send + Sync + 'static>(page: Page) -> Router<S> {
+    let page = Arc::new(page);
+    let serve = |content_type: &'static str, body: &'static str| {
+        let page = page.clone();
+        get(move |headers: HeaderMap| async move { asset(&page, &headers, content_type, body) })
+    };
+    let config = {
+        let page = page.clone();
+        get(move |headers: HeaderMap| async move {
+            let body = serde_json::json!({ "servers": page.servers }).to_string();
+            asset(&page, &headers, "application/json", body)
+        })
+    };
+    Router::new()
+        .route("/", serve("text/html; charset=utf-8", INDEX_HTML))
+        .route("/index.html", serve("text/html; charset=utf-8", INDEX_HTML))
+        .route("/app.js", serve("text/javascript; charset=utf-8", APP_JS))
+        .route("/app.css", serve("text/css; charset=utf-8", APP_CSS))
+        .route("/config.json", config)
+}
+
+/// The policy, with the same host's websocket origins (if its `Host` is
+/// well formed) and the PDSes of `page`.
+fn policy(page: &Page, headers: &HeaderMap) -> String {
     // The Host the page was loaded from: its characters are checked, so it
     // cannot add a directive.
     let host = headers
@@ -30,19 +104,31 @@ fn policy(headers: &HeaderMap) -> String {
                 && h.bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b".-:[]".contains(&b))
         });
-    let ws = host.map_or(String::new(), |h| format!(" ws://{h} wss://{h}"));
+    let mut connect = String::from("'self'");
+    if let Some(h) = host {
+        connect.push_str(&format!(" ws://{h} wss://{h}"));
+    }
+    for s in &page.servers {
+        connect.push(' ');
+        connect.push_str(s);
+    }
     format!(
         "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; \
-         font-src 'self'; connect-src 'self'{ws}; object-src 'none'; base-uri 'none'; \
+         font-src 'self'; connect-src {connect}; object-src 'none'; base-uri 'none'; \
          form-action 'self'; frame-ancestors 'none'"
     )
 }
 
-fn asset(headers: &HeaderMap, content_type: &'static str, body: &'static str) -> Response {
-    let mut r = (StatusCode::OK, body).into_response();
+fn asset(
+    page: &Page,
+    headers: &HeaderMap,
+    content_type: &'static str,
+    body: impl Into<axum::body::Body>,
+) -> Response {
+    let mut r = (StatusCode::OK, body.into()).into_response();
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    if let Ok(v) = HeaderValue::from_str(&policy(headers)) {
+    if let Ok(v) = HeaderValue::from_str(&policy(page, headers)) {
         h.insert(header::CONTENT_SECURITY_POLICY, v);
     }
     h.insert(
@@ -59,34 +145,67 @@ fn asset(headers: &HeaderMap, content_type: &'static str, body: &'static str) ->
     r
 }
 
-/// `GET /` and `/index.html`.
-pub async fn index(headers: HeaderMap) -> Response {
-    asset(&headers, "text/html; charset=utf-8", INDEX_HTML)
-}
-
-/// `GET /app.js`.
-pub async fn app_js(headers: HeaderMap) -> Response {
-    asset(&headers, "text/javascript; charset=utf-8", APP_JS)
-}
-
-/// `GET /app.css`.
-pub async fn app_css(headers: HeaderMap) -> Response {
-    asset(&headers, "text/css; charset=utf-8", APP_CSS)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn a_host_with_other_characters_adds_no_websocket_origin() {
+        let page = Page::default();
         let mut h = HeaderMap::new();
         h.insert(header::HOST, HeaderValue::from_static("localhost:2583"));
         assert!(
-            policy(&h).contains("connect-src 'self' ws://localhost:2583 wss://localhost:2583;")
+            policy(&page, &h)
+                .contains("connect-src 'self' ws://localhost:2583 wss://localhost:2583;")
         );
         h.insert(header::HOST, HeaderValue::from_static("evil; script-src *"));
-        assert!(policy(&h).contains("connect-src 'self';"));
-        assert!(!policy(&h).contains("evil"));
+        assert!(policy(&page, &h).contains("connect-src 'self';"));
+        assert!(!policy(&page, &h).contains("evil"));
+    }
+
+    #[test]
+    fn a_web_pds_is_its_origin_or_refused() {
+        assert_eq!(
+            origin_of("https://pds.example.com").unwrap(),
+            "https://pds.example.com"
+        );
+        assert_eq!(
+            origin_of("https://PDS.example.com:443/").unwrap(),
+            "https://pds.example.com"
+        );
+        assert_eq!(
+            origin_of("http://127.0.0.1:2584").unwrap(),
+            "http://127.0.0.1:2584"
+        );
+        for bad in [
+            "pds.example.com",
+            "ftp://pds.example.com",
+            "https://pds.example.com/xrpc",
+            "https://pds.example.com/?a=1",
+            "https://user:pw@pds.example.com",
+            "https://pds.example.com; script-src *",
+            "javascript:alert(1)",
+        ] {
+            assert!(origin_of(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_pdses_named_are_the_only_other_origins_in_the_policy() {
+        let page = Page::new(&[
+            "https://pds.example.com".into(),
+            "https://pds.example.com; script-src *".into(),
+            "https://other.example/path".into(),
+        ]);
+        let mut h = HeaderMap::new();
+        h.insert(header::HOST, HeaderValue::from_static("localhost:2583"));
+        let csp = policy(&page, &h);
+        assert!(
+            csp.contains(
+                "connect-src 'self' ws://localhost:2583 wss://localhost:2583 https://pds.example.com;"
+            ),
+            "{csp}"
+        );
+        assert!(!csp.contains("other.example") && !csp.contains("script-src *"));
     }
 }

@@ -726,3 +726,41 @@ fn a_long_tool_output_is_kept_whole_in_a_sealed_blob() {
     let err = refused(d, &["chat", "output", "--reply", &reply, "--call", "nope"]);
     assert!(err.contains("no result for call"), "{err}");
 }
+
+#[test]
+fn asked_fills_the_pending_reply_another_device_wrote() {
+    let dir = device();
+    let d = dir.path();
+    let chat = ok(d, &["chat", "new", "--title", "Asked"]);
+    let msg = ok(d, &["chat", "send", "--chat", &chat, "Say hello"]);
+    let events = streams().join("plain_text_small_deltas/input.jsonl");
+    let events = events.to_str().unwrap();
+
+    // Nothing asked yet: --asked writes nothing and says why.
+    let err = refused(
+        d,
+        &["chat", "reply", "--to", &msg, "--asked", "--events", events],
+    );
+    assert!(err.contains(&format!("no pending reply {msg}.r0")), "{err}");
+    assert!(show(d, &chat)["messages"].as_array().unwrap().len() == 1);
+
+    // The pending reply, as another device (the page) would have written it.
+    let pending = ok(d, &["chat", "ask", "--to", &msg]);
+    assert_eq!(pending, format!("{msg}.r0"));
+    // Without --asked the key is taken: a run never overwrites it.
+    let err = refused(d, &["chat", "reply", "--to", &msg, "--events", events]);
+    assert!(err.contains("already exists"), "{err}");
+    // With --asked the run fills it, once.
+    ok(
+        d,
+        &["chat", "reply", "--to", &msg, "--asked", "--events", events],
+    );
+    let reply = message(&show(d, &chat), &pending).clone();
+    assert_eq!(reply["status"], "complete", "{reply}");
+    assert!(reply.to_string().contains("42 is the answer"), "{reply}");
+    let err = refused(
+        d,
+        &["chat", "reply", "--to", &msg, "--asked", "--events", events],
+    );
+    assert!(err.contains("already finished"), "{err}");
+}

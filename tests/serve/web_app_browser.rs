@@ -19,6 +19,12 @@
 //!   open, and the server going away mid-stream. The server's folder holds
 //!   no plaintext the page typed. Screenshots go to
 //!   `target/web-screenshots/`.
+//! - `the_page_signs_in_at_the_pds_the_account_lives_on`: the account lives
+//!   on the reference PDS; `gelstore serve --web-pds` serves the page,
+//!   which signs in there, pairs, reads the CLI's synced chat, writes a
+//!   message with its pending reply that the CLI fills (`chat reply
+//!   --asked`) and syncs back, and answers an approval by writing the
+//!   sealed answer itself. The PDS holds no plaintext the page typed.
 //!
 //! Needs Node 20.19+ and npm (`npm ci` in `web/seal` and `web/app` on
 //! first use). The browser test needs `/usr/bin/chromium` (Debian's
@@ -26,6 +32,7 @@
 //! is set, where it fails.
 
 use crate::support::browser;
+use crate::support::pds::Pds;
 use crate::support::serve;
 
 use std::path::{Path, PathBuf};
@@ -503,4 +510,232 @@ fn the_page_pairs_reads_writes_streams_and_approves() {
 fn serve_origin(listen: &str) -> String {
     let port = listen.rsplit(':').next().unwrap();
     format!("http://localhost:{port}")
+}
+
+/// `chat show --format json` of `chat` on `data`: the messages.
+fn shown_messages(data: &Path, chat: &str) -> Vec<Value> {
+    let shown: Value = serde_json::from_str(&gel_ok(
+        data,
+        &["chat", "show", "--chat", chat, "--format", "json"],
+    ))
+    .unwrap();
+    shown["messages"].as_array().unwrap().clone()
+}
+
+/// The key of the user message whose text contains `text`.
+fn user_key_with(messages: &[Value], text: &str) -> String {
+    messages
+        .iter()
+        .find(|m| m["role"] == "user" && m["content"].to_string().contains(text))
+        .and_then(|m| m["key"].as_str())
+        .unwrap_or_else(|| panic!("no user message with {text:?}: {messages:?}"))
+        .to_owned()
+}
+
+#[test]
+fn the_page_signs_in_at_the_pds_the_account_lives_on() {
+    if !chromium_present() {
+        return;
+    }
+    let shots = root().join("target/web-screenshots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let phone = dir.path().join("phone");
+    let pds = Pds::start();
+    let sync = |data: &Path| {
+        gel_ok(
+            data,
+            &[
+                "sync",
+                "--pds",
+                &pds.service,
+                "--identifier",
+                &pds.handle,
+                "--password",
+                &pds.password,
+                "--plc",
+                &pds.plc,
+            ],
+        )
+    };
+
+    // The CLI device's chat, synced to the PDS.
+    gel_ok(&phone, &["device", "init", "--name", "phone"]);
+    let chat = first_line(&gel_ok(&phone, &["chat", "new", "--title", "On my PDS"]));
+    let question = first_line(&gel_ok(
+        &phone,
+        &["chat", "send", "--chat", &chat, "Where do my chats live?"],
+    ));
+    let plain = stream("plain_text_small_deltas");
+    gel_ok(
+        &phone,
+        &["chat", "reply", "--to", &question, "--events", &plain],
+    );
+    sync(&phone);
+
+    // The page comes from a gelstore serve of its own (another account),
+    // which lets it sign in at the PDS.
+    let serve = Serve::start_in(&dir.path().join("server"), &["--web-pds", &pds.service]);
+    let config = http(&serve.addr(), "GET", "/config.json", &[], b"");
+    assert_eq!(config.json(), json!({"servers": [pds.service]}));
+    let csp = config.header("content-security-policy").unwrap().to_owned();
+    assert!(csp.contains(&format!(" {};", pds.service)), "{csp}");
+
+    let mut b = Browser::launch(&shots);
+    b.goto(&serve.service);
+    b.wait_text("#service-field", "Your account's server");
+    b.run(json!({"do": "select", "sel": "#service", "value": pds.service}));
+    b.screenshot("20-pds-sign-in");
+    b.type_in("#handle", &pds.handle);
+    b.type_in("#password", "not the password");
+    b.click("#signin-submit");
+    b.wait_text("#signin-error", "Wrong handle or password");
+    b.type_in("#password", &pds.password);
+    b.click("#signin-submit");
+    b.wait_text("#who", &pds.service);
+    b.wait_text("#pair-body", "not a device of the account yet");
+    b.click("#pair-start");
+    b.wait_text("#pair-code", "gp1-");
+    b.wait_text("#pair-commands", &format!("--pds {}", pds.service));
+    let code = b.text("#pair-code");
+    b.screenshot("21-pds-pairing-code");
+    sync(&phone);
+    gel_ok(&phone, &["device", "approve", code.trim()]);
+    sync(&phone);
+
+    // The page joins and reads the chat from the PDS.
+    b.wait_text_for("#chat-list", "On my PDS", 30_000);
+    b.click(&format!("button[data-chat=\"{chat}\"]"));
+    b.wait_text("#messages", "Where do my chats live?");
+    b.wait_text("#messages", "42 is the answer");
+
+    // A message with its pending reply; the CLI device fills the reply
+    // after a sync, and the page shows it once it is back on the PDS.
+    b.type_in("#draft", "Written on the PDS");
+    b.click("#send");
+    b.wait_text("#messages", "Written on the PDS");
+    b.wait_text(".pending-note", "syncs it to your PDS");
+    b.screenshot("22-pds-pending");
+    sync(&phone);
+    let written = user_key_with(&shown_messages(&phone, &chat), "Written on the PDS");
+    let other = stream("end_replaces_deltas");
+    gel_ok(
+        &phone,
+        &[
+            "chat", "reply", "--to", &written, "--asked", "--events", &other,
+        ],
+    );
+    sync(&phone);
+    b.wait_text_for(".msg.assistant:last-child", "Hello world", 30_000);
+    b.wait_text(".msg.assistant:last-child .attempt-label", "Attempt 1 of 1");
+
+    // An approval: the CLI's reply waits; the page writes the answer.
+    b.type_in("#draft", "Delete my drafts on the PDS");
+    b.click("#send");
+    b.wait_text("#messages", "Delete my drafts on the PDS");
+    sync(&phone);
+    let ask = user_key_with(
+        &shown_messages(&phone, &chat),
+        "Delete my drafts on the PDS",
+    );
+    let waiting = stream("approval_waiting");
+    gel_ok(
+        &phone,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &ask,
+            "--asked",
+            "--events",
+            &waiting,
+            "--approve-tools",
+            "delete_files",
+        ],
+    );
+    sync(&phone);
+    b.wait_text_for(".approval", "delete_files", 30_000);
+    b.wait_text(".approval pre.args", "drafts/a.md");
+    b.screenshot("23-pds-approval");
+    b.click("input[value=\"approved\"]");
+    b.click(".approval .answer");
+    b.wait_text_for("#messages", "Allowed call toolu_11", 30_000);
+    sync(&phone);
+    let messages = shown_messages(&phone, &chat);
+    let answer = messages
+        .iter()
+        .find(|m| m["parent"] == format!("{ask}.r0"))
+        .unwrap_or_else(|| panic!("no answer to {ask}.r0: {messages:?}"));
+    let part = &answer["content"]["parts"][0];
+    assert_eq!(part["callId"], "toolu_11", "{answer}");
+    assert_eq!(part["decision"], "approved", "{answer}");
+    let answer = answer["key"].as_str().unwrap().to_owned();
+    assert!(
+        messages
+            .iter()
+            .any(|m| m["key"] == format!("{answer}.r0") && m["status"] == "pending"),
+        "the answer asks for its reply: {messages:?}"
+    );
+    gel_ok(
+        &phone,
+        &[
+            "chat",
+            "reply",
+            "--to",
+            &answer,
+            "--asked",
+            "--events",
+            &plain,
+            "--tool-output",
+            "toolu_11=deleted 1 file",
+        ],
+    );
+    sync(&phone);
+    b.wait_text_for(".msg.assistant:last-child", "deleted 1 file", 30_000);
+    b.wait_text(".msg.assistant:last-child", "Result (succeeded)");
+    b.wait_text(".msg.assistant:last-child", "Ça va?");
+    b.screenshot("24-pds-answered");
+
+    // Only the page's server and the PDS were asked for anything.
+    let log = b.run(json!({"do": "log"}));
+    let page = format!("{}/", serve_origin(&serve.addr()));
+    for url in log["requests"].as_array().unwrap() {
+        let url = url.as_str().unwrap();
+        assert!(
+            url.starts_with(&page)
+                || url.starts_with(&format!("{}/", serve.service))
+                || url.starts_with(&format!("{}/", pds.service)),
+            "a request elsewhere: {url}"
+        );
+    }
+    let errors: Vec<&str> = log["consoleErrors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|e| e.contains("Content Security Policy") || e.starts_with("pageerror"))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
+    drop(b);
+
+    // The PDS stores only what was sealed: none of the page's words.
+    let did = pds.did.replace('%', "%25");
+    let port = pds.service.trim_start_matches("http://");
+    let stored = http(
+        port,
+        "GET",
+        &format!("/xrpc/com.atproto.sync.getRepo?did={did}"),
+        &[],
+        b"",
+    );
+    assert_eq!(stored.status, 200);
+    for typed in ["Written on the PDS", "Delete my drafts on the PDS"] {
+        assert!(
+            !stored
+                .body
+                .windows(typed.len())
+                .any(|w| w == typed.as_bytes()),
+            "{typed:?} is on the PDS"
+        );
+    }
 }

@@ -11331,7 +11331,10 @@ ${key.keyId}`;
   var SessionEnded = class extends Error {
   };
   var TOKEN_ERRORS = /* @__PURE__ */ new Set(["ExpiredToken", "InvalidToken", "AuthenticationRequired"]);
-  async function call(method, nsid, params, body, token) {
+  function serviceUrl(service) {
+    return service || location.origin;
+  }
+  async function call(service, method, nsid, params, body, token) {
     const query = new URLSearchParams();
     for (const [k, v] of Object.entries(params)) if (v !== void 0) query.set(k, String(v));
     const qs = query.toString();
@@ -11340,9 +11343,9 @@ ${key.keyId}`;
     if (body !== void 0) headers["content-type"] = "application/json";
     let response;
     try {
-      response = await fetch(`/xrpc/${nsid}${qs ? `?${qs}` : ""}`, { method, headers, body: body === void 0 ? void 0 : JSON.stringify(body) });
+      response = await fetch(`${service ?? ""}/xrpc/${nsid}${qs ? `?${qs}` : ""}`, { method, headers, body: body === void 0 ? void 0 : JSON.stringify(body) });
     } catch (e) {
-      throw new Unreachable(`the server did not answer (${e.message})`);
+      throw new Unreachable(`${serviceUrl(service)} did not answer (${e.message})`);
     }
     const text = await response.text();
     let json = void 0;
@@ -11357,9 +11360,9 @@ ${key.keyId}`;
     }
     return json;
   }
-  async function createSession(identifier, password) {
-    const s = await call("POST", "com.atproto.server.createSession", {}, { identifier, password });
-    return { did: s.did, handle: s.handle, accessJwt: s.accessJwt, refreshJwt: s.refreshJwt };
+  async function createSession(service, identifier, password) {
+    const s = await call(service, "POST", "com.atproto.server.createSession", {}, { identifier, password });
+    return { service, did: s.did, handle: s.handle, accessJwt: s.accessJwt, refreshJwt: s.refreshJwt };
   }
   var Client = class {
     constructor(session, onSession) {
@@ -11373,8 +11376,9 @@ ${key.keyId}`;
     async refresh() {
       this.refreshing ??= (async () => {
         try {
-          const s = await call("POST", "com.atproto.server.refreshSession", {}, void 0, this.session.refreshJwt);
-          this.session = { did: s.did, handle: s.handle, accessJwt: s.accessJwt, refreshJwt: s.refreshJwt };
+          const service = this.session.service;
+          const s = await call(service, "POST", "com.atproto.server.refreshSession", {}, void 0, this.session.refreshJwt);
+          this.session = { service, did: s.did, handle: s.handle, accessJwt: s.accessJwt, refreshJwt: s.refreshJwt };
           await this.onSession(this.session);
         } catch (e) {
           if (e instanceof XrpcError) throw new SessionEnded(`your session has ended (${e.error}): sign in again`);
@@ -11388,17 +11392,25 @@ ${key.keyId}`;
     async authed(method, nsid, params, body) {
       const token = this.session.accessJwt;
       try {
-        return await call(method, nsid, params, body, token);
+        return await call(this.session.service, method, nsid, params, body, token);
       } catch (e) {
         if (!(e instanceof XrpcError) || !TOKEN_ERRORS.has(e.error)) throw e;
       }
       if (this.session.accessJwt === token) await this.refresh();
       try {
-        return await call(method, nsid, params, body, this.session.accessJwt);
+        return await call(this.session.service, method, nsid, params, body, this.session.accessJwt);
       } catch (e) {
         if (e instanceof XrpcError && TOKEN_ERRORS.has(e.error)) throw new SessionEnded(`your session has ended (${e.error}): sign in again`);
         throw e;
       }
+    }
+    /** True when the account signed in at the server of this page (which has gelstore's own methods). */
+    get here() {
+      return !this.session.service;
+    }
+    /** The base URL of the account's server, for a URL the page builds itself. */
+    get service() {
+      return this.session.service ?? "";
     }
     /** An access token that is not about to expire (for a websocket, which cannot be retried by status). */
     async freshAccessToken() {
@@ -11613,13 +11625,13 @@ ${key.keyId}`;
     }
     return seal;
   }
-  async function wholeOutput(did, seal) {
-    const url = `/xrpc/com.atproto.sync.getBlob?${new URLSearchParams({ did, cid: seal.cid.toString() })}`;
+  async function wholeOutput(service, did, seal) {
+    const url = `${service}/xrpc/com.atproto.sync.getBlob?${new URLSearchParams({ did, cid: seal.cid.toString() })}`;
     let response;
     try {
       response = await fetch(url);
     } catch {
-      throw new OutputProblem("unreachable", "The server is not answering, so the whole output cannot be fetched. Try again once gelstore serve is running.");
+      throw new OutputProblem("unreachable", "The server is not answering, so the whole output cannot be fetched. Try again once it is back.");
     }
     if (!response.ok) {
       const j = await response.json().catch(() => ({}));
@@ -11650,6 +11662,8 @@ ${key.keyId}`;
   // src/main.ts
   var DEVICE = "chat.gel.assistant.device";
   var TEXT_PART = "chat.gel.assistant.defs#textPart";
+  var APPROVAL_PART = "chat.gel.assistant.defs#toolApprovalPart";
+  var POLL_MS = 3e3;
   function h(tag, attrs = {}, ...children) {
     const el = document.createElement(tag);
     for (const [k, v] of Object.entries(attrs)) {
@@ -11675,7 +11689,9 @@ ${key.keyId}`;
     /** Counts thread loads: a slow one stops when a newer one starts. */
     loads: 0,
     /** While the rest of a thread is being opened: how many of the newest steps are shown. */
-    tail: void 0
+    tail: void 0,
+    /** On another PDS: the next read of a thread whose reply is pending. */
+    pollTimer: void 0
   };
   function notice(text, kind = "info") {
     const n = $("notice");
@@ -11685,7 +11701,7 @@ ${key.keyId}`;
   }
   function explain(e) {
     if (e instanceof SessionEnded) return "Your session has ended. Sign in again; what you typed is kept.";
-    if (e instanceof Unreachable) return "The server is not answering. Check that gelstore serve is running, then try again.";
+    if (e instanceof Unreachable) return `The server is not answering (${e.message}). Check that it is running, then try again.`;
     if (e instanceof XrpcError) return `The server refused: ${e.error}${e.message ? ` (${e.message})` : ""}.`;
     if (e instanceof SealError) return `Could not open or seal: ${e.message}.`;
     return `Something went wrong: ${e.message ?? String(e)}`;
@@ -11710,18 +11726,20 @@ ${key.keyId}`;
     $("signout").hidden = true;
     const handle = $("handle");
     if (handle.value === "" && app.client) handle.value = app.client.session.handle;
+    if (app.client) $("service").value = app.client.service;
     (handle.value === "" ? handle : $("password")).focus();
   }
   async function onSignIn(ev) {
     ev.preventDefault();
     const handle = $("handle").value.trim();
     const password = $("password").value;
+    const service = $("service").value;
     const error = $("signin-error");
     error.textContent = "";
     const button = $("signin-submit");
     button.disabled = true;
     try {
-      const session = await createSession(handle, password);
+      const session = await createSession(service, handle, password);
       $("password").value = "";
       await startSession(session);
     } catch (e) {
@@ -11734,9 +11752,9 @@ ${key.keyId}`;
   }
   async function startSession(session) {
     await put("session", session);
-    const sameAccount = app.client?.session.did === session.did;
+    const sameAccount = app.client?.session.did === session.did && app.client?.service === (session.service ?? "");
     app.client = new Client(session, (s) => put("session", s).then(() => void 0));
-    $("who").textContent = `@${session.handle}`;
+    $("who").textContent = session.service ? `@${session.handle} on ${session.service}` : `@${session.handle}`;
     $("signout").hidden = false;
     if (sameAccount && app.keyring) {
       show("chats");
@@ -11753,7 +11771,7 @@ ${key.keyId}`;
     stopLive();
     forgetOutputs();
     await del("session");
-    if (c) await fetch("/xrpc/com.atproto.server.deleteSession", { method: "POST", headers: { authorization: `Bearer ${c.session.refreshJwt}` } }).catch(() => void 0);
+    if (c) await fetch(`${c.service}/xrpc/com.atproto.server.deleteSession`, { method: "POST", headers: { authorization: `Bearer ${c.session.refreshJwt}` } }).catch(() => void 0);
     $("chat-list").replaceChildren();
     $("messages").replaceChildren();
     showSignIn();
@@ -11779,7 +11797,7 @@ ${key.keyId}`;
       return;
     }
     const code = formatPairingCode(d.code);
-    const service = location.origin;
+    const service = serviceUrl(app.client.session.service);
     const acct = `--pds ${service} --identifier ${app.client.session.handle}`;
     box.replaceChildren(
       h("p", {}, "On a device that is already paired, run:"),
@@ -11931,16 +11949,7 @@ gelstore sync ${acct}`),
     performance.mark("gel:thread-start");
     await refreshKeys();
     performance.mark("gel:thread-keys");
-    const items = [];
-    let chatRecord;
-    let cursor;
-    for (; ; ) {
-      const page = await c.query("chat.gel.assistant.getThread", { chat, cursor, limit: 500 });
-      chatRecord = page.chat;
-      items.push(...page.messages);
-      if (!page.cursor || page.messages.length === 0) break;
-      cursor = page.cursor;
-    }
+    const { chatRecord, items } = await fetchThread(c, chat);
     let title = "Untitled chat";
     try {
       const opened = openRecord(fromJson(chatRecord.value), { did, collection: CHAT, rkey: chat }, app.keyring);
@@ -11967,7 +11976,11 @@ gelstore sync ${acct}`),
     if (toNewest) $("messages").lastElementChild?.scrollIntoView({ block: "end" });
     afterPaint(() => performance.measure("gel:newest-painted", { start: t0, end: performance.now(), detail: { records: items.length } }));
     const last2 = steps[steps.length - 1]?.chosen;
-    if (last2 && last2.status === "pending" && !last2.unopened && app.live?.reply !== last2.key) follow(last2.key);
+    clearTimeout(app.pollTimer);
+    if (last2 && last2.status === "pending" && !last2.unopened) {
+      if (!c.here) app.pollTimer = window.setTimeout(() => void (app.chat === chat && guarded(loadThread)), POLL_MS);
+      else if (app.live?.reply !== last2.key) follow(last2.key);
+    }
     const rest = [...thread.byKey.values()].filter((m) => m.record !== void 0).reverse();
     for (let i = 0; i < rest.length; i += OPEN_SLICE) {
       await new Promise((r) => setTimeout(r, 0));
@@ -11984,6 +11997,26 @@ gelstore sync ${acct}`),
       if (now) window.scrollBy(0, now.getBoundingClientRect().top - before);
     }
     performance.measure("gel:all-opened", { start: t0, end: performance.now(), detail: { records: items.length } });
+  }
+  async function fetchThread(c, chat) {
+    if (!c.here) {
+      const did = c.session.did;
+      const chatRecord2 = await c.query("com.atproto.repo.getRecord", { repo: did, collection: CHAT, rkey: chat });
+      const uri = `at://${did}/${CHAT}/${chat}`;
+      const items2 = (await c.listAll(MESSAGE)).filter((r) => r.value?.chat === uri);
+      return { chatRecord: chatRecord2, items: items2 };
+    }
+    const items = [];
+    let chatRecord;
+    let cursor;
+    for (; ; ) {
+      const page = await c.query("chat.gel.assistant.getThread", { chat, cursor, limit: 500 });
+      chatRecord = page.chat;
+      items.push(...page.messages);
+      if (!page.cursor || page.messages.length === 0) break;
+      cursor = page.cursor;
+    }
+    return { chatRecord, items };
   }
   function afterPaint(f) {
     requestAnimationFrame(() => setTimeout(f, 0));
@@ -12024,7 +12057,12 @@ gelstore sync ${acct}`),
     const parts = (m.content?.parts ?? []).map((p) => renderPart(p, m));
     const error = m.content?.error;
     if (error) parts.push(h("p", { class: "error" }, `The reply ended with an error: ${error.code ?? ""}${error.message ? ` — ${error.message}` : ""}`));
-    if (m.status === "pending") parts.push(h("p", { class: "muted" }, "Waiting for the assistant…"));
+    if (m.status === "pending") {
+      const elsewhere = app.client && !app.client.here;
+      parts.push(
+        h("p", { class: "muted pending-note" }, elsewhere ? "Waiting for the assistant: a device that runs it writes the reply and syncs it to your PDS. This page looks for it every few seconds." : "Waiting for the assistant…")
+      );
+    }
     if (m.status === "interrupted") parts.push(h("p", { class: "muted" }, "This reply was cut short."));
     return h("div", { class: "body" }, ...parts);
   }
@@ -12075,7 +12113,7 @@ gelstore sync ${acct}`),
       void (async () => {
         try {
           const seal = sealFor(p.outputBlob, m.blobs ?? []);
-          const text = await wholeOutput(app.client.session.did, seal);
+          const text = await wholeOutput(app.client.service, app.client.session.did, seal);
           const type = p.outputFormat === "json" ? "application/json" : "text/plain;charset=utf-8";
           const entry = { text, url: URL.createObjectURL(new Blob([text], { type })) };
           app.outputs.set(cid, entry);
@@ -12148,34 +12186,38 @@ gelstore sync ${acct}`),
   }
   async function send(ev) {
     ev.preventDefault();
-    const c = app.client;
-    const did = c.session.did;
     const draft = $("draft");
     const text = draft.value;
     if (text.trim() === "" || !app.chat) return;
     const ask = $("ask").checked;
     const chat = app.chat;
-    const chatUri = `at://${did}/${CHAT}/${chat}`;
     const steps = app.thread ? branch(app.thread, app.chosen) : [];
     const parent = [...steps].reverse().find((s) => s.chosen)?.chosen?.key;
-    const key = nextTid();
-    const record = { $type: MESSAGE, chat: chatUri, role: "user", status: "complete", createdAt: (/* @__PURE__ */ new Date()).toISOString(), request: {} };
-    if (parent) record.parent = parent;
-    const { key: chatKey, wrap } = await app.keyring.chatKeyForSeal(chat);
-    const writes = [create2(MESSAGE, key, sealRecord(record, { did, collection: MESSAGE, rkey: key }, { parts: [{ $type: TEXT_PART, text }] }, [], chatKey))];
-    if (wrap) writes.unshift(create2(KEY_WRAP_TYPE, nextTid(), keyWrapValue(wrap)));
-    const reply = `${key}.r0`;
-    if (ask) writes.push(create2(MESSAGE, reply, sealRecord(pendingReply(chatUri), { did, collection: MESSAGE, rkey: reply }, {}, [], chatKey)));
     const button = $("send");
     button.disabled = true;
     try {
-      await c.procedure("com.atproto.repo.applyWrites", { repo: did, writes });
+      await writeUser(chat, [{ $type: TEXT_PART, text }], parent, ask);
     } finally {
       button.disabled = false;
     }
     draft.value = "";
     notice("");
     await loadThread();
+  }
+  async function writeUser(chat, parts, parent, ask) {
+    const c = app.client;
+    const did = c.session.did;
+    const chatUri = `at://${did}/${CHAT}/${chat}`;
+    const key = nextTid();
+    const record = { $type: MESSAGE, chat: chatUri, role: "user", status: "complete", createdAt: (/* @__PURE__ */ new Date()).toISOString(), request: {} };
+    if (parent) record.parent = parent;
+    const { key: chatKey, wrap } = await app.keyring.chatKeyForSeal(chat);
+    const writes = [create2(MESSAGE, key, sealRecord(record, { did, collection: MESSAGE, rkey: key }, { parts }, [], chatKey))];
+    if (wrap) writes.unshift(create2(KEY_WRAP_TYPE, nextTid(), keyWrapValue(wrap)));
+    const reply = `${key}.r0`;
+    if (ask) writes.push(create2(MESSAGE, reply, sealRecord(pendingReply(chatUri), { did, collection: MESSAGE, rkey: reply }, {}, [], chatKey)));
+    await c.procedure("com.atproto.repo.applyWrites", { repo: did, writes });
+    return key;
   }
   async function regenerate(user, replies) {
     const c = app.client;
@@ -12219,10 +12261,13 @@ gelstore sync ${acct}`),
           status.textContent = `Choose Allow or Deny for ${missing.map((c) => c.name).join(", ")}.`;
           return;
         }
-        const answer = await app.client.procedure("chat.gel.assistant.answerApproval", {
-          reply: reply.key,
-          decisions: calls.map((c) => ({ callId: c.callId, ...c.pendingId ? { pendingId: c.pendingId } : {}, decision: decisions.get(c.callId) }))
-        });
+        const parts = calls.map((c) => ({ callId: c.callId, ...c.pendingId ? { pendingId: c.pendingId } : {}, decision: decisions.get(c.callId) }));
+        if (!app.client.here) {
+          await writeUser(app.chat, parts.map((p) => ({ $type: APPROVAL_PART, ...p })), reply.key, true);
+          await loadThread();
+          return;
+        }
+        const answer = await app.client.procedure("chat.gel.assistant.answerApproval", { reply: reply.key, decisions: parts });
         await loadThread();
         if (app.live?.reply !== answer.reply) follow(answer.reply);
       });
@@ -12299,6 +12344,7 @@ gelstore sync ${acct}`),
     }
   };
   function stopLive() {
+    clearTimeout(app.pollTimer);
     app.live?.close?.();
     app.live = void 0;
   }
@@ -12387,6 +12433,18 @@ gelstore sync ${acct}`),
       return "The server went away: it does not answer.";
     }
   }
+  async function loadServers() {
+    let servers = [];
+    try {
+      const r = await fetch("/config.json");
+      const j = await r.json();
+      if (Array.isArray(j.servers)) servers = j.servers.filter((s) => typeof s === "string");
+    } catch {
+    }
+    const select = $("service");
+    select.replaceChildren(h("option", { value: "" }, `This server (${location.origin})`), ...servers.map((s) => h("option", { value: s }, s)));
+    $("service-field").hidden = servers.length === 0;
+  }
   async function main() {
     $("signin-form").addEventListener("submit", (e) => void onSignIn(e));
     $("signout").addEventListener("click", () => void signOut());
@@ -12399,6 +12457,7 @@ gelstore sync ${acct}`),
       const k = e;
       if (k.key === "Enter" && (k.ctrlKey || k.metaKey)) $("composer").requestSubmit();
     });
+    await loadServers();
     const session = await get("session");
     if (!session) return showSignIn();
     await guarded(() => startSession(session));

@@ -2,6 +2,9 @@
 // sealed chats, stream replies, answer approvals. Everything is opened and
 // sealed here; the server only stores and relays ciphertext (and, with
 // --assistant, streams the replies it generates to this account's token).
+// An account may also live on another PDS the server names (`--web-pds`):
+// the page then reads and writes there with the standard repo methods, and
+// a reply appears once a device running the assistant has synced.
 // The DOM is built with textContent only: nothing from a record or the
 // server is ever parsed as HTML.
 
@@ -10,7 +13,7 @@ import {
   parseKeySet, sealRecord, toJson, type DataMap,
 } from "@gelstore/seal";
 import * as db from "./db.js";
-import { Client, SessionEnded, Unreachable, XrpcError, createSession, type Session } from "./xrpc.js";
+import { Client, SessionEnded, Unreachable, XrpcError, createSession, serviceUrl, type Session } from "./xrpc.js";
 import { nextTid } from "./tid.js";
 import { CHAT, MESSAGE, branch, buildThread, openMessage, pendingCalls, readMessage, type Msg, type Thread } from "./thread.js";
 import { subscribeReply, type ReplyEvent } from "./stream.js";
@@ -18,6 +21,9 @@ import { OutputProblem, SHOWN_CHARS, blobCid, sealFor, wholeOutput } from "./out
 
 const DEVICE = "chat.gel.assistant.device";
 const TEXT_PART = "chat.gel.assistant.defs#textPart";
+const APPROVAL_PART = "chat.gel.assistant.defs#toolApprovalPart";
+/** How often a thread on another PDS is read again while a reply is pending there. */
+const POLL_MS = 3000;
 
 type Child = Node | string | null | undefined | false;
 function h(tag: string, attrs: Record<string, string | boolean | ((e: Event) => void)> = {}, ...children: Child[]): HTMLElement {
@@ -47,6 +53,8 @@ const app = {
   loads: 0,
   /** While the rest of a thread is being opened: how many of the newest steps are shown. */
   tail: undefined as number | undefined,
+  /** On another PDS: the next read of a thread whose reply is pending. */
+  pollTimer: undefined as number | undefined,
 };
 
 // ---- messages to the user -------------------------------------------------
@@ -61,7 +69,7 @@ function notice(text: string, kind: "info" | "error" = "info"): void {
 /** Words for an error a person can act on. */
 function explain(e: unknown): string {
   if (e instanceof SessionEnded) return "Your session has ended. Sign in again; what you typed is kept.";
-  if (e instanceof Unreachable) return "The server is not answering. Check that gelstore serve is running, then try again.";
+  if (e instanceof Unreachable) return `The server is not answering (${e.message}). Check that it is running, then try again.`;
   if (e instanceof XrpcError) return `The server refused: ${e.error}${e.message ? ` (${e.message})` : ""}.`;
   if (e instanceof SealError) return `Could not open or seal: ${e.message}.`;
   return `Something went wrong: ${(e as Error).message ?? String(e)}`;
@@ -91,9 +99,10 @@ function showSignIn(message = ""): void {
   show("signin");
   $("signin-error").textContent = message;
   $("signout").hidden = true;
-  // After a reload the form is new: the session that ended still names the account.
+  // After a reload the form is new: the session that ended still names the account and its server.
   const handle = $<HTMLInputElement>("handle");
   if (handle.value === "" && app.client) handle.value = app.client.session.handle;
+  if (app.client) $<HTMLSelectElement>("service").value = app.client.service;
   (handle.value === "" ? handle : $<HTMLInputElement>("password")).focus();
 }
 
@@ -101,12 +110,13 @@ async function onSignIn(ev: Event): Promise<void> {
   ev.preventDefault();
   const handle = $<HTMLInputElement>("handle").value.trim();
   const password = $<HTMLInputElement>("password").value;
+  const service = $<HTMLSelectElement>("service").value;
   const error = $("signin-error");
   error.textContent = "";
   const button = $<HTMLButtonElement>("signin-submit");
   button.disabled = true;
   try {
-    const session = await createSession(handle, password);
+    const session = await createSession(service, handle, password);
     $<HTMLInputElement>("password").value = "";
     await startSession(session);
   } catch (e) {
@@ -120,9 +130,9 @@ async function onSignIn(ev: Event): Promise<void> {
 
 async function startSession(session: Session): Promise<void> {
   await db.put("session", session);
-  const sameAccount = app.client?.session.did === session.did;
+  const sameAccount = app.client?.session.did === session.did && app.client?.service === (session.service ?? "");
   app.client = new Client(session, (s) => db.put("session", s).then(() => undefined));
-  $("who").textContent = `@${session.handle}`;
+  $("who").textContent = session.service ? `@${session.handle} on ${session.service}` : `@${session.handle}`;
   $("signout").hidden = false;
   if (sameAccount && app.keyring) {
     // Signed in again after the session ended: back where the user was.
@@ -141,7 +151,7 @@ async function signOut(): Promise<void> {
   stopLive();
   forgetOutputs();
   await db.del("session");
-  if (c) await fetch("/xrpc/com.atproto.server.deleteSession", { method: "POST", headers: { authorization: `Bearer ${c.session.refreshJwt}` } }).catch(() => undefined);
+  if (c) await fetch(`${c.service}/xrpc/com.atproto.server.deleteSession`, { method: "POST", headers: { authorization: `Bearer ${c.session.refreshJwt}` } }).catch(() => undefined);
   $("chat-list").replaceChildren();
   $("messages").replaceChildren();
   showSignIn();
@@ -171,7 +181,7 @@ function renderPairing(): void {
     return;
   }
   const code = formatPairingCode(d.code);
-  const service = location.origin;
+  const service = serviceUrl(app.client!.session.service);
   const acct = `--pds ${service} --identifier ${app.client!.session.handle}`;
   box.replaceChildren(
     h("p", {}, "On a device that is already paired, run:"),
@@ -347,23 +357,10 @@ async function loadThread(toNewest = false): Promise<void> {
   // Other devices may have made chat keys since: take their wraps first.
   await refreshKeys();
   performance.mark("gel:thread-keys");
-  const items: { uri: string; cid: string; value: unknown; state?: string }[] = [];
-  let chatRecord: { value: unknown } | undefined;
-  let cursor: string | undefined;
-  for (;;) {
-    const page = (await c.query("chat.gel.assistant.getThread", { chat, cursor, limit: 500 })) as {
-      chat: { value: unknown };
-      messages: { uri: string; cid: string; value: unknown; state?: string }[];
-      cursor?: string;
-    };
-    chatRecord = page.chat;
-    items.push(...page.messages);
-    if (!page.cursor || page.messages.length === 0) break;
-    cursor = page.cursor;
-  }
+  const { chatRecord, items } = await fetchThread(c, chat);
   let title = "Untitled chat";
   try {
-    const opened = openRecord(fromJson(chatRecord!.value), { did, collection: CHAT, rkey: chat }, app.keyring!);
+    const opened = openRecord(fromJson(chatRecord.value), { did, collection: CHAT, rkey: chat }, app.keyring!);
     if (typeof opened.content.title === "string" && opened.content.title) title = opened.content.title;
   } catch (e) {
     title = `A chat that does not open (${e instanceof SealError ? e.kind : String(e)})`;
@@ -389,9 +386,15 @@ async function loadThread(toNewest = false): Promise<void> {
   renderThread();
   if (toNewest) $("messages").lastElementChild?.scrollIntoView({ block: "end" });
   afterPaint(() => performance.measure("gel:newest-painted", { start: t0, end: performance.now(), detail: { records: items.length } }));
-  // A reply still pending at the end of the branch may be running: follow it.
+  // A reply still pending at the end of the branch may be running: follow
+  // it (this server streams it), or read the thread again (another PDS,
+  // where it appears once a device running the assistant has synced).
   const last = steps[steps.length - 1]?.chosen;
-  if (last && last.status === "pending" && !last.unopened && app.live?.reply !== last.key) follow(last.key);
+  clearTimeout(app.pollTimer);
+  if (last && last.status === "pending" && !last.unopened) {
+    if (!c.here) app.pollTimer = window.setTimeout(() => void (app.chat === chat && guarded(loadThread)), POLL_MS);
+    else if (app.live?.reply !== last.key) follow(last.key);
+  }
   const rest = [...thread.byKey.values()].filter((m) => m.record !== undefined).reverse();
   for (let i = 0; i < rest.length; i += OPEN_SLICE) {
     await new Promise((r) => setTimeout(r, 0));
@@ -410,6 +413,30 @@ async function loadThread(toNewest = false): Promise<void> {
     if (now) window.scrollBy(0, now.getBoundingClientRect().top - before);
   }
   performance.measure("gel:all-opened", { start: t0, end: performance.now(), detail: { records: items.length } });
+}
+
+type Item = { uri: string; cid: string; value: unknown; state?: string };
+
+/** A chat's record and its messages: from `getThread` here, or with the standard repo methods on another PDS. */
+async function fetchThread(c: Client, chat: string): Promise<{ chatRecord: { value: unknown }; items: Item[] }> {
+  if (!c.here) {
+    const did = c.session.did;
+    const chatRecord = (await c.query("com.atproto.repo.getRecord", { repo: did, collection: CHAT, rkey: chat })) as { value: unknown };
+    const uri = `at://${did}/${CHAT}/${chat}`;
+    const items = (await c.listAll(MESSAGE)).filter((r) => (r.value as { chat?: unknown } | null)?.chat === uri);
+    return { chatRecord, items };
+  }
+  const items: Item[] = [];
+  let chatRecord: { value: unknown } | undefined;
+  let cursor: string | undefined;
+  for (;;) {
+    const page = (await c.query("chat.gel.assistant.getThread", { chat, cursor, limit: 500 })) as { chat: { value: unknown }; messages: Item[]; cursor?: string };
+    chatRecord = page.chat;
+    items.push(...page.messages);
+    if (!page.cursor || page.messages.length === 0) break;
+    cursor = page.cursor;
+  }
+  return { chatRecord: chatRecord!, items };
 }
 
 // Runs `f` once the browser has painted what is in the DOM now (for the
@@ -457,7 +484,12 @@ function renderBody(m: Msg): HTMLElement {
   const parts = ((m.content?.parts ?? []) as Record<string, unknown>[]).map((p) => renderPart(p, m));
   const error = m.content?.error as { code?: string; message?: string } | undefined;
   if (error) parts.push(h("p", { class: "error" }, `The reply ended with an error: ${error.code ?? ""}${error.message ? ` — ${error.message}` : ""}`));
-  if (m.status === "pending") parts.push(h("p", { class: "muted" }, "Waiting for the assistant…"));
+  if (m.status === "pending") {
+    const elsewhere = app.client && !app.client.here;
+    parts.push(
+      h("p", { class: "muted pending-note" }, elsewhere ? "Waiting for the assistant: a device that runs it writes the reply and syncs it to your PDS. This page looks for it every few seconds." : "Waiting for the assistant…"),
+    );
+  }
   if (m.status === "interrupted") parts.push(h("p", { class: "muted" }, "This reply was cut short."));
   return h("div", { class: "body" }, ...parts);
 }
@@ -512,7 +544,7 @@ function renderWholeOutput(p: Record<string, unknown>, m: Msg): HTMLElement {
     void (async () => {
       try {
         const seal = sealFor(p.outputBlob, m.blobs ?? []);
-        const text = await wholeOutput(app.client!.session.did, seal);
+        const text = await wholeOutput(app.client!.service, app.client!.session.did, seal);
         const type = p.outputFormat === "json" ? "application/json" : "text/plain;charset=utf-8";
         const entry = { text, url: URL.createObjectURL(new Blob([text], { type })) };
         app.outputs.set(cid, entry);
@@ -595,31 +627,19 @@ function pendingReply(chatUri: string): DataMap {
 
 async function send(ev: Event): Promise<void> {
   ev.preventDefault();
-  const c = app.client!;
-  const did = c.session.did;
   const draft = $<HTMLTextAreaElement>("draft");
   const text = draft.value;
   if (text.trim() === "" || !app.chat) return;
   const ask = $<HTMLInputElement>("ask").checked;
   const chat = app.chat;
-  const chatUri = `at://${did}/${CHAT}/${chat}`;
   const steps = app.thread ? branch(app.thread, app.chosen) : [];
   // A message continues from a reply: the last one shown (a message sent
   // without asking has none, so the next continues from the one before).
   const parent = [...steps].reverse().find((s) => s.chosen)?.chosen?.key;
-  const key = nextTid();
-  const record: DataMap = { $type: MESSAGE, chat: chatUri, role: "user", status: "complete", createdAt: new Date().toISOString(), request: {} };
-  if (parent) record.parent = parent;
-  const { key: chatKey, wrap } = await app.keyring!.chatKeyForSeal(chat);
-  const writes = [create(MESSAGE, key, sealRecord(record, { did, collection: MESSAGE, rkey: key }, { parts: [{ $type: TEXT_PART, text }] }, [], chatKey))];
-  if (wrap) writes.unshift(create(KEY_WRAP_TYPE, nextTid(), keyWrapValue(wrap)));
-  const reply = `${key}.r0`;
-  // Asked for, the pending reply lands in the same commit as the message.
-  if (ask) writes.push(create(MESSAGE, reply, sealRecord(pendingReply(chatUri), { did, collection: MESSAGE, rkey: reply }, {}, [], chatKey)));
   const button = $<HTMLButtonElement>("send");
   button.disabled = true;
   try {
-    await c.procedure("com.atproto.repo.applyWrites", { repo: did, writes });
+    await writeUser(chat, [{ $type: TEXT_PART, text }], parent, ask);
   } finally {
     button.disabled = false;
   }
@@ -627,6 +647,26 @@ async function send(ev: Event): Promise<void> {
   draft.value = "";
   notice("");
   await loadThread();
+}
+
+/**
+ * Seals and writes a user message of `parts` continuing from `parent`, and
+ * with `ask` its pending reply `KEY.r0` in the same commit. Returns its key.
+ */
+async function writeUser(chat: string, parts: DataMap[], parent: string | undefined, ask: boolean): Promise<string> {
+  const c = app.client!;
+  const did = c.session.did;
+  const chatUri = `at://${did}/${CHAT}/${chat}`;
+  const key = nextTid();
+  const record: DataMap = { $type: MESSAGE, chat: chatUri, role: "user", status: "complete", createdAt: new Date().toISOString(), request: {} };
+  if (parent) record.parent = parent;
+  const { key: chatKey, wrap } = await app.keyring!.chatKeyForSeal(chat);
+  const writes = [create(MESSAGE, key, sealRecord(record, { did, collection: MESSAGE, rkey: key }, { parts }, [], chatKey))];
+  if (wrap) writes.unshift(create(KEY_WRAP_TYPE, nextTid(), keyWrapValue(wrap)));
+  const reply = `${key}.r0`;
+  if (ask) writes.push(create(MESSAGE, reply, sealRecord(pendingReply(chatUri), { did, collection: MESSAGE, rkey: reply }, {}, [], chatKey)));
+  await c.procedure("com.atproto.repo.applyWrites", { repo: did, writes });
+  return key;
 }
 
 async function regenerate(user: Msg, replies: Msg[]): Promise<void> {
@@ -673,10 +713,16 @@ function renderApproval(reply: Msg): HTMLElement {
         status.textContent = `Choose Allow or Deny for ${missing.map((c) => c.name).join(", ")}.`;
         return;
       }
-      const answer = (await app.client!.procedure("chat.gel.assistant.answerApproval", {
-        reply: reply.key,
-        decisions: calls.map((c) => ({ callId: c.callId, ...(c.pendingId ? { pendingId: c.pendingId } : {}), decision: decisions.get(c.callId) })),
-      })) as { reply: string };
+      const parts = calls.map((c) => ({ callId: c.callId, ...(c.pendingId ? { pendingId: c.pendingId } : {}), decision: decisions.get(c.callId)! }));
+      if (!app.client!.here) {
+        // Another PDS has no answerApproval: the page writes the answer (a
+        // sealed user message of toolApprovalParts) and its pending reply,
+        // as the server's assistant would.
+        await writeUser(app.chat!, parts.map((p) => ({ $type: APPROVAL_PART, ...p })), reply.key, true);
+        await loadThread();
+        return;
+      }
+      const answer = (await app.client!.procedure("chat.gel.assistant.answerApproval", { reply: reply.key, decisions: parts })) as { reply: string };
       await loadThread();
       if (app.live?.reply !== answer.reply) follow(answer.reply);
     });
@@ -759,6 +805,7 @@ class Live {
 }
 
 function stopLive(): void {
+  clearTimeout(app.pollTimer);
   app.live?.close?.();
   app.live = undefined;
 }
@@ -859,6 +906,21 @@ async function probe(): Promise<string> {
 
 // ---- start ----------------------------------------------------------------------
 
+/** The PDSes this server lets the page sign in at (`--web-pds`): a choice in the sign-in form. */
+async function loadServers(): Promise<void> {
+  let servers: string[] = [];
+  try {
+    const r = await fetch("/config.json");
+    const j = (await r.json()) as { servers?: unknown };
+    if (Array.isArray(j.servers)) servers = j.servers.filter((s): s is string => typeof s === "string");
+  } catch {
+    // An older server without the file: only this server.
+  }
+  const select = $<HTMLSelectElement>("service");
+  select.replaceChildren(h("option", { value: "" }, `This server (${location.origin})`), ...servers.map((s) => h("option", { value: s }, s)));
+  $("service-field").hidden = servers.length === 0;
+}
+
 async function main(): Promise<void> {
   $("signin-form").addEventListener("submit", (e) => void onSignIn(e));
   $("signout").addEventListener("click", () => void signOut());
@@ -872,6 +934,7 @@ async function main(): Promise<void> {
     const k = e as KeyboardEvent;
     if (k.key === "Enter" && (k.ctrlKey || k.metaKey)) $<HTMLFormElement>("composer").requestSubmit();
   });
+  await loadServers();
   const session = await db.get<Session>("session");
   if (!session) return showSignIn();
   await guarded(() => startSession(session));

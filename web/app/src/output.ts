@@ -48,14 +48,14 @@ export function sealFor(ref: unknown, blobs: readonly BlobSeal[]): BlobSeal {
   return seal;
 }
 
-/** Fetches the blob from this server and opens it (CID, size, every chunk). */
-export async function wholeOutput(did: string, seal: BlobSeal): Promise<string> {
-  const url = `/xrpc/com.atproto.sync.getBlob?${new URLSearchParams({ did, cid: seal.cid.toString() })}`;
+/** Fetches the blob from the account's server (`service`, "" for this page's) and opens it (CID, size, every chunk). */
+export async function wholeOutput(service: string, did: string, seal: BlobSeal): Promise<string> {
+  const url = `${service}/xrpc/com.atproto.sync.getBlob?${new URLSearchParams({ did, cid: seal.cid.toString() })}`;
   let response: Response;
   try {
     response = await fetch(url);
   } catch {
-    throw new OutputProblem("unreachable", "The server is not answering, so the whole output cannot be fetched. Try again once gelstore serve is running.");
+    throw new OutputProblem("unreachable", "The server is not answering, so the whole output cannot be fetched. Try again once it is back.");
   }
   if (!response.ok) {
     const j = (await response.json().catch(() => ({}))) as { error?: string; message?: string };

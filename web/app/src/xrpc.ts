@@ -1,10 +1,14 @@
-// The XRPC calls the page makes, with plain fetch against this origin (the
-// page is served by the same server, so no URL is configured and CSP keeps
-// every request here). The session is refreshed once when the access token
-// is refused; if the refresh is refused too the caller is told to ask the
-// user to sign in again (nothing the user typed is touched here).
+// The XRPC calls the page makes, with plain fetch: against the server that
+// serves the page (same origin), or the PDS the account lives on when the
+// server allows it (`gelstore serve --web-pds URL`, which adds that origin to
+// the page's connect-src; CSP refuses every other). The session is refreshed
+// once when the access token is refused; if the refresh is refused too the
+// caller is told to ask the user to sign in again (nothing the user typed is
+// touched here).
 
 export interface Session {
+  /** The origin of the server the account signed in at; "" for the server of this page. */
+  service?: string;
   did: string;
   handle: string;
   accessJwt: string;
@@ -30,7 +34,12 @@ export class SessionEnded extends Error {}
 
 const TOKEN_ERRORS = new Set(["ExpiredToken", "InvalidToken", "AuthenticationRequired"]);
 
-async function call(method: "GET" | "POST", nsid: string, params: Record<string, string | number | undefined>, body: unknown, token?: string): Promise<unknown> {
+/** Where a session's calls go: `service`, or this page's own server. */
+export function serviceUrl(service: string | undefined): string {
+  return service || location.origin;
+}
+
+async function call(service: string | undefined, method: "GET" | "POST", nsid: string, params: Record<string, string | number | undefined>, body: unknown, token?: string): Promise<unknown> {
   const query = new URLSearchParams();
   for (const [k, v] of Object.entries(params)) if (v !== undefined) query.set(k, String(v));
   const qs = query.toString();
@@ -39,9 +48,9 @@ async function call(method: "GET" | "POST", nsid: string, params: Record<string,
   if (body !== undefined) headers["content-type"] = "application/json";
   let response: Response;
   try {
-    response = await fetch(`/xrpc/${nsid}${qs ? `?${qs}` : ""}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    response = await fetch(`${service ?? ""}/xrpc/${nsid}${qs ? `?${qs}` : ""}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   } catch (e) {
-    throw new Unreachable(`the server did not answer (${(e as Error).message})`);
+    throw new Unreachable(`${serviceUrl(service)} did not answer (${(e as Error).message})`);
   }
   const text = await response.text();
   let json: unknown = undefined;
@@ -57,9 +66,10 @@ async function call(method: "GET" | "POST", nsid: string, params: Record<string,
   return json;
 }
 
-export async function createSession(identifier: string, password: string): Promise<Session> {
-  const s = (await call("POST", "com.atproto.server.createSession", {}, { identifier, password })) as Session;
-  return { did: s.did, handle: s.handle, accessJwt: s.accessJwt, refreshJwt: s.refreshJwt };
+/** Signs in at `service` ("" for this page's server). */
+export async function createSession(service: string, identifier: string, password: string): Promise<Session> {
+  const s = (await call(service, "POST", "com.atproto.server.createSession", {}, { identifier, password })) as Session;
+  return { service, did: s.did, handle: s.handle, accessJwt: s.accessJwt, refreshJwt: s.refreshJwt };
 }
 
 /** Calls on behalf of a session; `onSession` keeps a refreshed one. */
@@ -75,8 +85,9 @@ export class Client {
   async refresh(): Promise<void> {
     this.refreshing ??= (async () => {
       try {
-        const s = (await call("POST", "com.atproto.server.refreshSession", {}, undefined, this.session.refreshJwt)) as Session;
-        this.session = { did: s.did, handle: s.handle, accessJwt: s.accessJwt, refreshJwt: s.refreshJwt };
+        const service = this.session.service;
+        const s = (await call(service, "POST", "com.atproto.server.refreshSession", {}, undefined, this.session.refreshJwt)) as Session;
+        this.session = { service, did: s.did, handle: s.handle, accessJwt: s.accessJwt, refreshJwt: s.refreshJwt };
         await this.onSession(this.session);
       } catch (e) {
         if (e instanceof XrpcError) throw new SessionEnded(`your session has ended (${e.error}): sign in again`);
@@ -91,18 +102,28 @@ export class Client {
   private async authed(method: "GET" | "POST", nsid: string, params: Record<string, string | number | undefined>, body?: unknown): Promise<unknown> {
     const token = this.session.accessJwt;
     try {
-      return await call(method, nsid, params, body, token);
+      return await call(this.session.service, method, nsid, params, body, token);
     } catch (e) {
       if (!(e instanceof XrpcError) || !TOKEN_ERRORS.has(e.error)) throw e;
     }
     // Refused token: refresh once (unless another call already did) and repeat.
     if (this.session.accessJwt === token) await this.refresh();
     try {
-      return await call(method, nsid, params, body, this.session.accessJwt);
+      return await call(this.session.service, method, nsid, params, body, this.session.accessJwt);
     } catch (e) {
       if (e instanceof XrpcError && TOKEN_ERRORS.has(e.error)) throw new SessionEnded(`your session has ended (${e.error}): sign in again`);
       throw e;
     }
+  }
+
+  /** True when the account signed in at the server of this page (which has gelstore's own methods). */
+  get here(): boolean {
+    return !this.session.service;
+  }
+
+  /** The base URL of the account's server, for a URL the page builds itself. */
+  get service(): string {
+    return this.session.service ?? "";
   }
 
   /** An access token that is not about to expire (for a websocket, which cannot be retried by status). */

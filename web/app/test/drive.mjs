@@ -64,6 +64,10 @@ async function run(c) {
       await page.waitForSelector(c.sel, { visible: true, timeout: c.timeout ?? 15000 });
       await page.click(c.sel);
       return {};
+    case "select":
+      await page.waitForSelector(c.sel, { visible: true, timeout: 15000 });
+      await page.select(c.sel, c.value);
+      return {};
     case "press": {
       await page.focus(c.sel);
       for (const m of c.mods ?? []) await page.keyboard.down(m);
