@@ -629,6 +629,25 @@ fn the_page_signs_in_at_the_pds_the_account_lives_on() {
     b.wait_text_for(".msg.assistant:last-child", "Hello world", 30_000);
     b.wait_text(".msg.assistant:last-child .attempt-label", "Attempt 1 of 1");
 
+    // Two messages without a reply, one after the other: both are shown,
+    // in order (they continue from the same reply).
+    b.run(json!({"do": "click", "sel": "#ask"}));
+    b.type_in("#draft", "First without a reply");
+    b.click("#send");
+    b.wait_text("#messages", "First without a reply");
+    b.type_in("#draft", "Second without a reply");
+    b.click("#send");
+    b.wait_text("#messages", "Second without a reply");
+    let shown = b.text("#messages");
+    let first = shown
+        .find("First without a reply")
+        .expect("the first is still shown");
+    assert!(
+        first < shown.find("Second without a reply").unwrap(),
+        "{shown}"
+    );
+    b.run(json!({"do": "click", "sel": "#ask"}));
+
     // An approval: the CLI's reply waits; the page writes the answer.
     b.type_in("#draft", "Delete my drafts on the PDS");
     b.click("#send");
@@ -656,6 +675,7 @@ fn the_page_signs_in_at_the_pds_the_account_lives_on() {
     sync(&phone);
     b.wait_text_for(".approval", "delete_files", 30_000);
     b.wait_text(".approval pre.args", "drafts/a.md");
+    b.wait_text("#messages", "First without a reply");
     b.screenshot("23-pds-approval");
     b.click("input[value=\"approved\"]");
     b.click(".approval .answer");

@@ -11514,17 +11514,24 @@ ${key.keyId}`;
   }
   function branch(t, chosen) {
     const steps = [];
-    let user = t.roots[t.roots.length - 1];
+    let here = t.roots;
+    let user = here[here.length - 1];
     const seen = /* @__PURE__ */ new Set();
     while (user && !seen.has(user.key)) {
       seen.add(user.key);
+      for (const m of here) {
+        if (m !== user && !seen.has(m.key) && (t.attempts.get(m.key) ?? []).length === 0) {
+          seen.add(m.key);
+          steps.push({ user: m, replies: [] });
+        }
+      }
       const replies = t.attempts.get(user.key) ?? [];
       const want = chosen.get(user.key);
       const reply = replies.find((r) => r.reply.attempt === want) ?? defaultAttempt(t, replies);
       steps.push({ user, replies, chosen: reply });
       if (!reply) break;
-      const next = t.children.get(reply.key) ?? [];
-      user = next[next.length - 1];
+      here = t.children.get(reply.key) ?? [];
+      user = here[here.length - 1];
     }
     return steps;
   }

@@ -98,20 +98,32 @@ export interface Step {
   chosen?: Msg;
 }
 
-/** The branch shown, given the attempt chosen per user message (default: see `defaultAttempt`). */
+/**
+ * The branch shown, given the attempt chosen per user message (default: see
+ * `defaultAttempt`). At each point it goes on with the newest user message;
+ * older ones there that never got a reply (sent without asking, one after
+ * another) are shown before it, as they were written in sequence.
+ */
 export function branch(t: Thread, chosen: Map<string, number>): Step[] {
   const steps: Step[] = [];
-  let user = t.roots[t.roots.length - 1];
+  let here = t.roots;
+  let user = here[here.length - 1];
   const seen = new Set<string>();
   while (user && !seen.has(user.key)) {
     seen.add(user.key);
+    for (const m of here) {
+      if (m !== user && !seen.has(m.key) && (t.attempts.get(m.key) ?? []).length === 0) {
+        seen.add(m.key);
+        steps.push({ user: m, replies: [] });
+      }
+    }
     const replies = t.attempts.get(user.key) ?? [];
     const want = chosen.get(user.key);
     const reply = replies.find((r) => r.reply!.attempt === want) ?? defaultAttempt(t, replies);
     steps.push({ user, replies, chosen: reply });
     if (!reply) break;
-    const next = t.children.get(reply.key) ?? [];
-    user = next[next.length - 1];
+    here = t.children.get(reply.key) ?? [];
+    user = here[here.length - 1];
   }
   return steps;
 }
