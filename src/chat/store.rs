@@ -594,11 +594,33 @@ impl ChatStore {
         Ok((ReplyKey::new(message, attempt), user))
     }
 
+    /// The newest attempt of a reply to `message` in the repository.
+    fn newest_attempt(&self, message: Tid) -> Result<Option<ReplyKey>> {
+        let mut newest: Option<ReplyKey> = None;
+        let keys = self
+            .device
+            .repo()
+            .list_prefix(MESSAGE, &format!("{message}.r"))
+            .map_err(DeviceError::from)?;
+        for entry in keys {
+            let (path, _) = entry.map_err(DeviceError::from)?;
+            let rkey = path.rsplit('/').next().unwrap_or_default();
+            if let Ok(k) = ReplyKey::parse(rkey)
+                && k.message() == message
+                && newest.is_none_or(|n| k.attempt() > n.attempt())
+            {
+                newest = Some(k);
+            }
+        }
+        Ok(newest)
+    }
+
     /// The pending reply a run of `message` fills: written now
     /// ([`ChatStore::start_reply`]) or, for [`ReplyStart::Asked`], the one
     /// already in the repository, which another device (the chat page, a
     /// phone) wrote with the message ([`ChatStore::pending_reply`] checks
-    /// it is pending and authentic). Either way the finish is swapped on
+    /// it is pending and authentic); without `attempt`, the newest attempt
+    /// there. Either way the finish is swapped on
     /// the pending record's CID, so only one run of a key is ever kept.
     pub fn reply_to_fill(
         &mut self,
@@ -610,7 +632,14 @@ impl ChatStore {
             ReplyStart::Write => self.start_reply(message, attempt),
             ReplyStart::Asked => {
                 self.ensure_index()?;
-                let (key, _) = self.reply_key_for(message, attempt)?;
+                let (mut key, _) = self.reply_key_for(message, attempt)?;
+                if attempt.is_none() {
+                    // A regeneration elsewhere wrote the next attempt
+                    // without changing the message: take the newest.
+                    if let Some(newest) = self.newest_attempt(message)? {
+                        key = newest;
+                    }
+                }
                 self.pending_reply(&key).map_err(|e| match e {
                     ChatStoreError::NoMessage { .. } => ChatStoreError::NotAsked {
                         key: key.to_string(),

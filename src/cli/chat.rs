@@ -126,7 +126,8 @@ pub struct ReplyArgs {
     pub approve_tools: Vec<String>,
     /// Fill the pending reply another device already wrote with the
     /// message (the chat page, `chat ask` elsewhere; synced here) instead
-    /// of writing a new one. Only one run of a reply is ever kept.
+    /// of writing a new one; without --attempt, its newest attempt. Only
+    /// one run of a reply is ever kept.
     #[arg(long)]
     pub asked: bool,
     /// For a reply to an approval answer: the output of an approved call

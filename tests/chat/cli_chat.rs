@@ -763,4 +763,14 @@ fn asked_fills_the_pending_reply_another_device_wrote() {
         &["chat", "reply", "--to", &msg, "--asked", "--events", events],
     );
     assert!(err.contains("already finished"), "{err}");
+
+    // A regeneration elsewhere writes the next attempt; --asked takes the
+    // newest one without being told.
+    let next = ok(d, &["chat", "ask", "--to", &msg, "--attempt", "1"]);
+    assert_eq!(next, format!("{msg}.r1"));
+    ok(
+        d,
+        &["chat", "reply", "--to", &msg, "--asked", "--events", events],
+    );
+    assert_eq!(message(&show(d, &chat), &next)["status"], "complete");
 }

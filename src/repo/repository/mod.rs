@@ -709,6 +709,20 @@ impl Repository {
         Ok(entries.map(|r| r.map_err(RepoError::from)))
     }
 
+    /// The `(collection/rkey, cid)` pairs of a collection whose record keys
+    /// start with `rkey_prefix`, in key order: O(log n + matches).
+    pub fn list_prefix(
+        &self,
+        collection: &str,
+        rkey_prefix: &str,
+    ) -> Result<impl Iterator<Item = Result<(String, Cid), RepoError>> + '_, RepoError> {
+        check_collection(collection)?;
+        Ok(self
+            .mst
+            .entries_with_prefix(&format!("{collection}/{rkey_prefix}"))
+            .map(|r| r.map_err(RepoError::from)))
+    }
+
     /// The `(collection/rkey, cid)` pairs of a collection with record keys
     /// below `before` (all of them without it), newest TID first: descending
     /// key order. Reads only the nodes on the way to the pairs taken, so a
