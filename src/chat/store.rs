@@ -615,19 +615,19 @@ impl ChatStore {
         Ok(newest)
     }
 
-    /// The pending reply a run of `message` fills: written now
+    /// The pending reply a run `to` its message fills: written now
     /// ([`ChatStore::start_reply`]) or, for [`ReplyStart::Asked`], the one
     /// already in the repository, which another device (the chat page, a
     /// phone) wrote with the message ([`ChatStore::pending_reply`] checks
     /// it is pending and authentic); without `attempt`, the newest attempt
     /// there. Either way the finish is swapped on
     /// the pending record's CID, so only one run of a key is ever kept.
-    pub fn reply_to_fill(
-        &mut self,
-        message: Tid,
-        attempt: Option<Attempt>,
-        start: ReplyStart,
-    ) -> Result<PendingReply> {
+    pub fn reply_to_fill(&mut self, to: ReplyTo) -> Result<PendingReply> {
+        let ReplyTo {
+            message,
+            attempt,
+            start,
+        } = to;
         match start {
             ReplyStart::Write => self.start_reply(message, attempt),
             ReplyStart::Asked => {
@@ -766,7 +766,7 @@ impl ChatStore {
             }
             None => None,
         };
-        let pending = self.reply_to_fill(to.message, to.attempt, to.start)?;
+        let pending = self.reply_to_fill(to)?;
         let (mut run, first) = begin_reply(&pending, policy, settled.as_deref())?;
         for e in &first {
             on_event(e);

@@ -11,7 +11,7 @@ use super::Failure;
 use super::chat::{ReplyArgs, Result};
 use crate::agent::inputs::{HostChoices, Inputs};
 use crate::agent::{Agent, AgentOptions, McpServers, ToolHost};
-use crate::chat::{AssistantEvent, Attempt, ChatStore, ReplyStart};
+use crate::chat::{AssistantEvent, Attempt, ChatStore};
 use crate::lexicon::chat::gel::assistant::message::MessageStatus;
 use crate::provider::ModelSpec;
 use crate::repo::tid::Tid;
@@ -44,12 +44,7 @@ pub(super) fn reply_here(
         .model(&host)
         .map_err(|e| Failure::input(e.to_string()))?;
     let servers = inputs.servers().merged(extra);
-    let start = if args.asked {
-        ReplyStart::Asked
-    } else {
-        ReplyStart::Write
-    };
-    let pending = store.reply_to_fill(message, attempt, start)?;
+    let pending = store.reply_to_fill(args.reply_to(message, attempt))?;
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -137,6 +137,22 @@ pub struct ReplyArgs {
     pub tool_output: Vec<String>,
 }
 
+impl ReplyArgs {
+    /// The reply this run fills (`--asked`: the one another device wrote).
+    pub fn reply_to(&self, message: crate::repo::tid::Tid, attempt: Option<Attempt>) -> ReplyTo {
+        let start = if self.asked {
+            ReplyStart::Asked
+        } else {
+            ReplyStart::Write
+        };
+        ReplyTo {
+            message,
+            attempt,
+            start,
+        }
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct AskArgs {
     /// The user message replied to.
@@ -352,16 +368,7 @@ fn reply(data: &Path, args: ReplyArgs) -> Result<()> {
         }
     }
     let mut store = ChatStore::open(data)?;
-    let start = if args.asked {
-        ReplyStart::Asked
-    } else {
-        ReplyStart::Write
-    };
-    let to = ReplyTo {
-        message,
-        attempt,
-        start,
-    };
+    let to = args.reply_to(message, attempt);
     let (pending, finished) = store.run_reply_with(to, policy, &runs, input.lines(), |event| {
         say(event.to_json_line())
     })?;

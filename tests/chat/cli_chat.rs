@@ -5,6 +5,7 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
+use crate::support::fixtures::files_under;
 use serde_json::Value;
 
 fn streams() -> PathBuf {
@@ -516,17 +517,6 @@ fn a_second_device_reads_what_it_was_admitted_to() {
     assert_eq!(message(&thread, &msg)["state"], "open");
 }
 
-fn files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files(&path, out);
-        } else {
-            out.push(path);
-        }
-    }
-}
-
 /// What the user and the model wrote is in no file of the data folder in
 /// the clear: not in the store, not in the approval index, not in an
 /// export.
@@ -565,8 +555,7 @@ fn plaintext_stays_sealed_on_disk() {
         d,
         &["repo", "export", "--out", d.join("x.car").to_str().unwrap()],
     );
-    let mut all = Vec::new();
-    files(d, &mut all);
+    let all = files_under(d);
     // The scan sees clear metadata (the model that answered), so it would
     // see a plaintext leak.
     let control = b"claude-sonnet-4-5";

@@ -725,7 +725,7 @@ fn the_built_in_assistant_runs_a_tool_conversation_for_a_phone() {
     assert!(shown.contains("Echo: sealed hello"), "{shown}");
     assert!(shown.contains("The tool said"), "{shown}");
     for folder in [&srv, &phone] {
-        for entry in walk(folder) {
+        for entry in fixtures::files_under(folder) {
             let bytes = std::fs::read(&entry).unwrap();
             assert!(
                 !bytes.windows(KEY.len()).any(|w| w == KEY.as_bytes()),
@@ -734,19 +734,6 @@ fn the_built_in_assistant_runs_a_tool_conversation_for_a_phone() {
             );
         }
     }
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// A pending reply written in an `applyWrites` too big for its `#commit`

@@ -32,10 +32,11 @@
 //! is set, where it fails.
 
 use crate::support::browser;
+use crate::support::fixtures::files_under;
 use crate::support::pds::Pds;
 use crate::support::serve;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use browser::{Browser, chromium_present, installed};
@@ -165,19 +166,6 @@ fn assistant_args() -> Vec<String> {
         "--approve-tools".into(),
         "delete_files".into(),
     ]
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 #[test]
@@ -467,28 +455,15 @@ fn the_page_pairs_reads_writes_streams_and_approves() {
     // Only this origin was asked for anything, and CSP refused nothing.
     let log = b.run(json!({"do": "log"}));
     let origin = format!("{}/", serve_origin(&listen));
-    for url in log["requests"].as_array().unwrap() {
-        let url = url.as_str().unwrap();
-        assert!(
-            url.starts_with(&origin) || url.starts_with(&format!("http://{listen}/")),
-            "a request elsewhere: {url}"
-        );
-    }
+    requests_only_to(&log, &[&origin, &format!("http://{listen}/")]);
     for url in log["sockets"].as_array().unwrap() {
         assert!(url.as_str().unwrap().starts_with("ws://"), "{url}");
     }
-    let errors: Vec<&str> = log["consoleErrors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .filter(|e| e.contains("Content Security Policy") || e.starts_with("pageerror"))
-        .collect();
-    assert!(errors.is_empty(), "{errors:?}");
+    no_policy_or_page_errors(&log);
 
     // The server's folder holds none of what the page typed.
     drop(b);
-    for file in walk(&srv) {
+    for file in files_under(&srv) {
         let bytes = std::fs::read(&file).unwrap();
         for typed in [
             "Hello from the browser",
@@ -504,6 +479,29 @@ fn the_page_pairs_reads_writes_streams_and_approves() {
             );
         }
     }
+}
+
+/// Every request in the driver's `log` went to one of `prefixes`.
+fn requests_only_to(log: &Value, prefixes: &[&str]) {
+    for url in log["requests"].as_array().unwrap() {
+        let url = url.as_str().unwrap();
+        assert!(
+            prefixes.iter().any(|p| url.starts_with(p)),
+            "a request elsewhere: {url}"
+        );
+    }
+}
+
+/// The page logged no CSP violation and no uncaught error.
+fn no_policy_or_page_errors(log: &Value) {
+    let errors: Vec<&str> = log["consoleErrors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .filter(|e| e.contains("Content Security Policy") || e.starts_with("pageerror"))
+        .collect();
+    assert!(errors.is_empty(), "{errors:?}");
 }
 
 /// `http://localhost:PORT` for a loopback `listen` (what the page is opened at).
@@ -719,23 +717,15 @@ fn the_page_signs_in_at_the_pds_the_account_lives_on() {
     // Only the page's server and the PDS were asked for anything.
     let log = b.run(json!({"do": "log"}));
     let page = format!("{}/", serve_origin(&serve.addr()));
-    for url in log["requests"].as_array().unwrap() {
-        let url = url.as_str().unwrap();
-        assert!(
-            url.starts_with(&page)
-                || url.starts_with(&format!("{}/", serve.service))
-                || url.starts_with(&format!("{}/", pds.service)),
-            "a request elsewhere: {url}"
-        );
-    }
-    let errors: Vec<&str> = log["consoleErrors"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .filter(|e| e.contains("Content Security Policy") || e.starts_with("pageerror"))
-        .collect();
-    assert!(errors.is_empty(), "{errors:?}");
+    requests_only_to(
+        &log,
+        &[
+            &page,
+            &format!("{}/", serve.service),
+            &format!("{}/", pds.service),
+        ],
+    );
+    no_policy_or_page_errors(&log);
     drop(b);
 
     // The PDS stores only what was sealed: none of the page's words.

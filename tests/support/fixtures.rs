@@ -179,3 +179,17 @@ pub fn split_frame(frame: &[u8]) -> (gelstore::model::Ipld, gelstore::model::Ipl
         decode_dag_cbor(&frame[at..]).unwrap(),
     )
 }
+
+/// Every file under `dir`, at any depth (for "no plaintext on disk" scans).
+pub fn files_under(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
+}
