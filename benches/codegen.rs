@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use gelstore::lexicon::chat::gel::assistant::subscribe_reply as events;
 use gelstore::lexicon::chat::gel::assistant::{chat, defs, device, key_wrap, message};
-use gelstore::lexicon::support::Validate;
+use gelstore::lexicon_runtime::Validate;
 use gelstore_codegen::catalog::Catalog;
 use gelstore_codegen::validate;
 use serde_json::Value;

@@ -5,6 +5,7 @@ pub mod chat;
 pub mod cli;
 pub mod device;
 pub mod lexicon;
+pub mod lexicon_runtime;
 pub mod lexnet;
 pub mod model;
 pub mod provider;

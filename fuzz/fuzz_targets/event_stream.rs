@@ -19,7 +19,7 @@ use gelstore::chat::record::pending_reply;
 use gelstore::chat::reply::Reply;
 use gelstore::lexicon::chat::gel::assistant::defs::PlainContentPartsItem;
 use gelstore::lexicon::chat::gel::assistant::message::MessageStatus;
-use gelstore::lexicon::support::{self, AtUri, Datetime, Validate};
+use gelstore::lexicon_runtime::{self as support, AtUri, Datetime, Validate};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

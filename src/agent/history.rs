@@ -224,7 +224,7 @@ mod tests {
         ToolResultPart,
     };
     use crate::lexicon::chat::gel::assistant::message::MessageStatus;
-    use crate::lexicon::support::{AtUri, Datetime};
+    use crate::lexicon_runtime::{AtUri, Datetime};
 
     fn chat() -> AtUri {
         AtUri::new("at://did:plc:ewvi7nxzyoun6zhxrhs64oiz/chat.gel.assistant.chat/3lbqzcx2ss222")

@@ -666,7 +666,7 @@ fn subject_of(content: &[ContentBlock]) -> Option<Subject> {
             }
             _ => return None,
         };
-        let uri = crate::lexicon::support::Uri::new(uri).ok()?;
+        let uri = crate::lexicon_runtime::Uri::new(uri).ok()?;
         Some(Subject {
             uri,
             name,
@@ -715,7 +715,7 @@ mod tests {
     #[test]
     fn tool_failure_codes_are_seed_000_codes() {
         use crate::lexicon::chat::gel::assistant::subscribe_reply::ErrorCode;
-        use crate::lexicon::support::StringEnum;
+        use crate::lexicon_runtime::StringEnum;
         for code in [
             codes::TRANSPORT_FAILED,
             codes::READ_FAILED,

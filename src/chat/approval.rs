@@ -38,7 +38,7 @@ use crate::lexicon::chat::gel::assistant::message::{MessageRole, MessageStatus};
 use crate::lexicon::chat::gel::assistant::subscribe_reply::{
     Confirmation, Effects, ErrorCode, ToolResultDecision, ToolResultOutcome,
 };
-use crate::lexicon::support::Validate;
+use crate::lexicon_runtime::Validate;
 use crate::seal::{BlobKey, SealedBlob};
 
 // ---------------------------------------------------------------------------
@@ -496,7 +496,7 @@ mod tests {
     use super::*;
     use crate::chat::keys::Attempt;
     use crate::chat::record::{pending_reply, user_message};
-    use crate::lexicon::support::{AtUri, Datetime};
+    use crate::lexicon_runtime::{AtUri, Datetime};
 
     const T: &str = "3lbqzdw5pzk22";
 

@@ -33,7 +33,7 @@ use crate::lexicon::chat::gel::assistant::subscribe_reply::{
 };
 use ipld_core::ipld::Ipld;
 
-use crate::lexicon::support::{self, Data, Path};
+use crate::lexicon_runtime::{self as support, Data, Path};
 use crate::model::encode_dag_cbor;
 
 /// One event of the output stream (seed 000).
@@ -434,7 +434,7 @@ fn as_unknown(value: serde_json::Value) -> Option<Data> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lexicon::support::Validate;
+    use crate::lexicon_runtime::Validate;
     use serde_json::json;
 
     #[test]

@@ -15,7 +15,7 @@ use std::str::FromStr;
 
 use thiserror::Error;
 
-use crate::lexicon::support::RecordKey;
+use crate::lexicon_runtime::RecordKey;
 use crate::repo::tid::Tid;
 
 /// Largest attempt number (`generationRequest.attempt` maximum).

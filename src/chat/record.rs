@@ -4,7 +4,7 @@
 
 use crate::lexicon::chat::gel::assistant::defs::{GenerationRequest, PlainContent};
 use crate::lexicon::chat::gel::assistant::message::{Message, MessageRole, MessageStatus};
-use crate::lexicon::support::{AtUri, Datetime, RecordKey};
+use crate::lexicon_runtime::{AtUri, Datetime, RecordKey};
 
 use super::keys::{Attempt, MessageKey, ReplyKey};
 

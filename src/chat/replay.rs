@@ -119,7 +119,7 @@ pub fn replay(
     let stored_error = content
         .and_then(|c| c.error.as_ref())
         .map(|e| AssistantEvent::Error {
-            code: crate::lexicon::support::StringEnum::from_string(e.code.clone())
+            code: crate::lexicon_runtime::StringEnum::from_string(e.code.clone())
                 .unwrap_or_else(ErrorCode::Other),
             message: e.message.clone(),
         });

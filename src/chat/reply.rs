@@ -48,7 +48,7 @@ use crate::lexicon::chat::gel::assistant::message::{Message, MessageStatus, Mess
 use crate::lexicon::chat::gel::assistant::subscribe_reply::{
     Confirmation, DoneReason, Effects, ErrorCode, ToolResultOutcome,
 };
-use crate::lexicon::support::Validate;
+use crate::lexicon_runtime::Validate;
 use crate::seal::{BlobKey, SealedBlob};
 
 fn random<const N: usize>() -> [u8; N] {

@@ -14,8 +14,8 @@ use crate::lexicon::chat::gel::assistant::defs::{
 use crate::lexicon::chat::gel::assistant::subscribe_reply::{
     Effects, ObservationReason, ObservationState, ToolResultDecision, ToolResultOutcome,
 };
-use crate::lexicon::support::StringEnum;
-use crate::lexicon::support::{Blob, BlobRef, CidLink};
+use crate::lexicon_runtime::StringEnum;
+use crate::lexicon_runtime::{Blob, BlobRef, CidLink};
 use crate::seal::{BlobKey, SealedBlob, seal_blob_with_key};
 
 /// The most observations one result keeps (the lexicon's limit).

@@ -6,7 +6,7 @@
 use super::store::{ChatStore, ChatStoreError};
 use crate::device::{SealedAction, SealedWrite};
 use crate::lexicon::chat::gel::assistant::settings::{SealedFields, Settings};
-use crate::lexicon::support::Validate;
+use crate::lexicon_runtime::Validate;
 use crate::model::Cid;
 use crate::seal::os_rng;
 
@@ -25,7 +25,7 @@ pub struct UserSettings {
 
 impl UserSettings {
     /// Settings with nothing chosen yet.
-    pub fn empty(now: crate::lexicon::support::Datetime) -> UserSettings {
+    pub fn empty(now: crate::lexicon_runtime::Datetime) -> UserSettings {
         UserSettings {
             record: Settings {
                 model: None,

@@ -42,7 +42,7 @@ use crate::lexicon::chat::gel::assistant::defs::{
     GenerationRequest, ModelRef, PlainContent, PlainContentPartsItem, TextPart, ToolApprovalPart,
 };
 use crate::lexicon::chat::gel::assistant::message::{Message, MessageRole, MessageStatus};
-use crate::lexicon::support::{AtUri, Datetime};
+use crate::lexicon_runtime::{AtUri, Datetime};
 use crate::model::Cid;
 use crate::model::now_datetime;
 use crate::repo::blobs::BlobStore;
@@ -516,7 +516,7 @@ impl ChatStore {
             r.tools = asked.tools.clone();
             r.effort = asked.effort.clone();
         }
-        use crate::lexicon::support::Validate;
+        use crate::lexicon_runtime::Validate;
         record
             .validate()
             .map_err(|e| invalid("message request", e))?;

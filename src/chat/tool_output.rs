@@ -8,7 +8,7 @@ use crate::lexicon::chat::gel::assistant::defs::{
     PlainContent, PlainContentPartsItem, ToolResultPartOutputFormat,
 };
 use crate::lexicon::chat::gel::assistant::message::NSID as MESSAGE;
-use crate::lexicon::support::BlobRef;
+use crate::lexicon_runtime::BlobRef;
 use crate::model::{ipld_to_json, parse_cid};
 use crate::repo::blobs::BlobStore;
 use crate::seal::{SealError, open_blob};

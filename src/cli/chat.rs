@@ -236,7 +236,7 @@ pub fn run(data: &Path, cmd: ChatCommand) -> Outcome {
 
 /// An `--effort` value: one the lexicon knows.
 pub(super) fn effort(e: &str) -> Result<Effort> {
-    use crate::lexicon::support::StringEnum;
+    use crate::lexicon_runtime::StringEnum;
     match Effort::from_string(e.to_owned()) {
         Ok(Effort::Other(_)) | Err(_) => Err(Failure::input(format!(
             "--effort {e:?}: one of none, low, medium, high, max"

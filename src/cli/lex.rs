@@ -98,10 +98,10 @@ pub struct GenArgs {
     /// The Rust path of the generated root module.
     #[arg(long, default_value = "crate::lexicon", value_name = "PATH")]
     pub root: String,
-    /// The Rust path of the runtime-support module [default: ROOT::support,
-    /// declared by the generated root as `pub mod support;`].
-    #[arg(long, value_name = "PATH")]
-    pub support: Option<String>,
+    /// The Rust path of the hand-written runtime the generated code uses
+    /// (`gelstore::lexicon_runtime` from another crate).
+    #[arg(long, default_value = "crate::lexicon_runtime", value_name = "PATH")]
+    pub support: String,
     /// Write nothing; report every file that differs (exit 1 on drift).
     #[arg(long)]
     pub check: bool,
@@ -230,11 +230,7 @@ fn run_gen(args: GenArgs) -> Outcome {
         }
     };
     let opts = emit::Options {
-        support: args
-            .support
-            .clone()
-            .unwrap_or_else(|| format!("{}::support", args.root)),
-        declare_support: args.support.is_none(),
+        support: args.support.clone(),
         root: args.root.clone(),
         command: "gelstore lex gen".into(),
     };

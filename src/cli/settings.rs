@@ -14,7 +14,7 @@ use crate::agent::{McpServers, ServerConfig};
 use crate::chat::ChatStore;
 use crate::chat::settings::UserSettings;
 use crate::lexicon::chat::gel::assistant::settings::McpServer;
-use crate::lexicon::support::{Datetime, Uri};
+use crate::lexicon_runtime::{Datetime, Uri};
 
 #[derive(Subcommand, Debug)]
 pub enum SettingsCommand {

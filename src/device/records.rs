@@ -16,7 +16,7 @@ use crate::lexicon::chat::gel::assistant::device::Device as DeviceRecord;
 use crate::lexicon::chat::gel::assistant::key_wrap::{
     AccountRecipient, DeviceRecipient, KeyWrap as KeyWrapRecord, KeyWrapAlg, KeyWrapRecipient,
 };
-use crate::lexicon::support::{Bytes, Datetime, Did, RecordKey};
+use crate::lexicon_runtime::{Bytes, Datetime, Did, RecordKey};
 use crate::model::now_datetime;
 use crate::repo::repository::{RepoError, Repository, Write};
 use crate::repo::tid::TidClock;

@@ -2,7 +2,8 @@
 //! Types generated from the lexicon catalog: one module per lexicon.
 
 pub mod chat;
-pub mod support;
+
+use crate::lexicon_runtime as support;
 
 /// Validates `value` as the object or record type `type_id` names, when the
 /// generated code has that type (for `unknown` fields and open unions).

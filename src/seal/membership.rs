@@ -40,7 +40,7 @@ use super::keys::KEY_LEN;
 use crate::lexicon::chat::gel::assistant::membership::{
     Member as MemberRecord, Membership as ChangeRecord,
 };
-use crate::lexicon::support::{Bytes, CidLink, Datetime, Did, RecordKey};
+use crate::lexicon_runtime::{Bytes, CidLink, Datetime, Did, RecordKey};
 use crate::model::{Cid, record_cid, record_to_dag_cbor};
 use crate::repo::keys::{PublicKey, SigningKey};
 

@@ -8,7 +8,7 @@
 use super::envelope::Envelope;
 use super::error::{Result, SealError};
 use crate::lexicon::chat::gel::assistant::defs::EncryptedContent;
-use crate::lexicon::support;
+use crate::lexicon_runtime as support;
 use crate::model::decode_dag_cbor;
 
 impl Envelope {
@@ -31,7 +31,7 @@ impl Envelope {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lexicon::support::Validate;
+    use crate::lexicon_runtime::Validate;
     use crate::seal::{BlobBinding, SEAL_ALG_V1};
 
     fn envelope(blobs: Vec<BlobBinding>) -> Envelope {

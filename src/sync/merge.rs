@@ -40,7 +40,7 @@ use serde_json::{Value, json};
 
 use super::mirror::Pulled;
 use super::{SyncError, split_key};
-use crate::lexicon::support::{Data, Path as LexPath};
+use crate::lexicon_runtime::{Data, Path as LexPath};
 use crate::model::{decode_dag_cbor, ipld_to_json};
 use crate::repo::blocks::BlockSource;
 use crate::repo::records::prepare_record;

@@ -22,7 +22,7 @@ use gelstore::lexicon::chat::gel::assistant::defs::{
 };
 use gelstore::lexicon::chat::gel::assistant::message::{MessageStatus, MessageStopReason};
 use gelstore::lexicon::chat::gel::assistant::subscribe_reply::{ErrorCode, ToolResultOutcome};
-use gelstore::lexicon::support::Datetime;
+use gelstore::lexicon_runtime::Datetime;
 use gelstore::provider::ModelSpec;
 use gelstore::seal::os_rng;
 use provider::{Answer, KEY, MockProvider, Received, mcp_bin};
@@ -1018,7 +1018,7 @@ fn a_tool_call_past_its_timeout_is_an_uncertain_result() {
 
 /// The events a finished reply's record replays to.
 fn replayed(ran: &Ran) -> Vec<AssistantEvent> {
-    let chat = gelstore::lexicon::support::AtUri::new(
+    let chat = gelstore::lexicon_runtime::AtUri::new(
         "at://did:plc:ewvi7nxzyoun6zhxrhs64oiz/chat.gel.assistant.chat/3lbqzcx2ss222",
     )
     .unwrap();

@@ -23,7 +23,7 @@ use gelstore::lexicon::chat::gel::assistant::message::{MessageStatus, MessageSto
 use gelstore::lexicon::chat::gel::assistant::subscribe_reply::{
     ToolResultDecision, ToolResultOutcome,
 };
-use gelstore::lexicon::support::{AtUri, Datetime, Validate};
+use gelstore::lexicon_runtime::{AtUri, Datetime, Validate};
 use serde_json::json;
 
 const U1: &str = "3lbqzdw5pzk22";

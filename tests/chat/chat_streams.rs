@@ -23,7 +23,7 @@ use gelstore::chat::results::OUTPUT_KEPT;
 use gelstore::chat::thread::Thread;
 use gelstore::lexicon::chat::gel::assistant::defs::{PlainContent, PlainContentPartsItem};
 use gelstore::lexicon::chat::gel::assistant::message::{MessageStatus, MessageStopReason};
-use gelstore::lexicon::support::{AtUri, BlobRef, Datetime, Validate};
+use gelstore::lexicon_runtime::{AtUri, BlobRef, Datetime, Validate};
 use gelstore::seal::open_blob;
 use serde_json::Value;
 
@@ -102,7 +102,7 @@ fn check_invariants(name: &str, f: &Finished) {
     r.fill(&mut m);
     m.validate()
         .unwrap_or_else(|e| panic!("{name}: record: {e}"));
-    gelstore::lexicon::support::to_dag_cbor(&r.content).unwrap();
+    gelstore::lexicon_runtime::to_dag_cbor(&r.content).unwrap();
 
     // The stream ends with done, or with confirm_required when waiting.
     let last = f.events.last().expect("events");

@@ -25,7 +25,7 @@ use gelstore::chat::record::pending_reply;
 use gelstore::chat::reply::{Finished, Reply};
 use gelstore::lexicon::chat::gel::assistant::defs::PlainContentPartsItem;
 use gelstore::lexicon::chat::gel::assistant::message::{MessageStatus, MessageStopReason};
-use gelstore::lexicon::support::{AtUri, Datetime, Validate};
+use gelstore::lexicon_runtime::{AtUri, Datetime, Validate};
 use gelstore::provider::http::decode_chunks;
 use gelstore::provider::{Finish, Output, ProviderError, WireFormat};
 use serde_json::{Value, json};

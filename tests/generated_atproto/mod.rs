@@ -4,7 +4,7 @@
 pub mod com;
 pub mod example;
 
-use gelstore::lexicon::support;
+use gelstore::lexicon_runtime as support;
 
 /// Validates `value` as the object or record type `type_id` names, when the
 /// generated code has that type (for `unknown` fields and open unions).

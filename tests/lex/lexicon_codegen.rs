@@ -8,7 +8,7 @@ use std::path::Path;
 
 use gelstore::lexicon::chat::gel::assistant::subscribe_reply as events;
 use gelstore::lexicon::chat::gel::assistant::{chat, defs, device, key_wrap, message};
-use gelstore::lexicon::support::{self, Validate};
+use gelstore::lexicon_runtime::{self as support, Validate};
 use gelstore::model;
 use gelstore_codegen::catalog::Catalog;
 use gelstore_codegen::schema::Def;

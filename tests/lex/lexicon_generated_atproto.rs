@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! gelstore lex gen --lexicons fixtures/lexicons --lexicons fixtures/interop/lexicon/catalog \
-//!     --out tests/generated_atproto --root crate::generated --support gelstore::lexicon::support
+//!     --out tests/generated_atproto --root crate::generated --support gelstore::lexicon_runtime
 //! ```
 
 #[allow(dead_code)]
@@ -13,7 +13,7 @@ use crate::generated;
 
 use std::path::Path;
 
-use gelstore::lexicon::support::{self, Validate};
+use gelstore::lexicon_runtime::{self as support, Validate};
 use gelstore::model;
 use gelstore_codegen::catalog::Catalog;
 use gelstore_codegen::{emit, validate};
@@ -36,8 +36,7 @@ fn catalog() -> Catalog {
 fn options() -> emit::Options {
     emit::Options {
         root: "crate::generated".into(),
-        support: "gelstore::lexicon::support".into(),
-        declare_support: false,
+        support: "gelstore::lexicon_runtime".into(),
         command: "gelstore lex gen".into(),
     }
 }

@@ -10,7 +10,7 @@ use crate::support::fixtures;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use gelstore::lexicon::support::Validate;
+use gelstore::lexicon_runtime::Validate;
 use gelstore::model::{self, Cid, Ipld};
 
 use fixtures::split_frame;
@@ -223,7 +223,7 @@ fn frames_have_the_lexicon_shape() {
         assert!(msg.validate().is_ok(), "{:?}", msg.validate());
         // It writes back to exactly the bytes we sent.
         assert_eq!(
-            gelstore::lexicon::support::to_dag_cbor(c).unwrap(),
+            gelstore::lexicon_runtime::to_dag_cbor(c).unwrap(),
             model::encode_dag_cbor(&body).unwrap()
         );
         // And our own decoder gives back the same event.

@@ -22,7 +22,7 @@ use gelstore::lexicon::chat::gel::assistant::defs::{
     PlainContent, PlainContentPartsItem, TextPart,
 };
 use gelstore::lexicon::chat::gel::assistant::message::{Message, MessageRole, MessageStatus};
-use gelstore::lexicon::support::{AtUri, Datetime};
+use gelstore::lexicon_runtime::{AtUri, Datetime};
 use gelstore::repo::repository::{Repository, Write};
 use gelstore::seal::{DeviceKey, PairingCode, SealError, os_rng, pair_request};
 use serde_json::{Value, json};

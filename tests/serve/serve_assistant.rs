@@ -17,7 +17,7 @@ use std::path::Path;
 
 use fixtures::split_frame;
 use gelstore::lexicon::chat::gel::assistant::subscribe_reply::SubscribeReplyMessage;
-use gelstore::lexicon::support::Validate;
+use gelstore::lexicon_runtime::Validate;
 use serde_json::{Value, json};
 use serve::{Serve, first_line, gel_ok, http};
 use tungstenite::Message;

@@ -69,7 +69,7 @@ pub(crate) fn module(ctx: &mut Ctx<'_>, doc: &Document) -> String {
     let body = m.w.take();
     let mut out = String::new();
     if body.contains("support::") {
-        out.push_str(&format!("\nuse {};\n", m.ctx.opts.support));
+        out.push_str(&format!("\n{}\n", super::use_support(m.ctx.opts)));
         if !body.starts_with('\n') {
             out.push('\n');
         }
@@ -80,10 +80,8 @@ pub(crate) fn module(ctx: &mut Ctx<'_>, doc: &Document) -> String {
 
 /// The `validate_by_type` table at the root of the generated tree.
 pub(crate) fn root_table(ctx: &Ctx<'_>, w: &mut Writer) {
-    if !ctx.opts.declare_support {
-        w.blank();
-        w.line(&format!("use {};", ctx.opts.support));
-    }
+    w.blank();
+    w.line(&super::use_support(ctx.opts));
     w.blank();
     w.line("/// Validates `value` as the object or record type `type_id` names, when the");
     w.line("/// generated code has that type (for `unknown` fields and open unions).");

@@ -6,9 +6,10 @@
 //! the checked-in copy; [`generate`] is deterministic (catalog and document
 //! order, sorted module lists, no hash-map iteration).
 //!
-//! Generated code depends on a runtime-support module (`support`: the
+//! Generated code depends on a hand-written runtime module (the
 //! bytes/link/blob/data types, format newtypes, checks, union and record
-//! helpers); [`Options::support`] names its path.
+//! helpers) that lives outside the generated tree; [`Options::support`]
+//! names its path and every generated file imports it as `support`.
 
 mod checks;
 mod items;
@@ -29,11 +30,9 @@ pub const GENERATED_MARKER: &str = "@generated";
 pub struct Options {
     /// The Rust path of the generated tree's root module, e.g. `crate::lexicon`.
     pub root: String,
-    /// The Rust path of the runtime-support module, e.g. `crate::lexicon::support`.
+    /// The Rust path of the runtime module, e.g. `crate::lexicon_runtime`
+    /// (imported as `support` by every generated file that uses it).
     pub support: String,
-    /// Declare `pub mod support;` in the root module (the support module is
-    /// a hand-written file beside the generated ones).
-    pub declare_support: bool,
     /// The command that regenerates the files, named in their header.
     pub command: String,
 }
@@ -43,8 +42,7 @@ impl Options {
     pub fn gelstore() -> Options {
         Options {
             root: "crate::lexicon".into(),
-            support: "crate::lexicon::support".into(),
-            declare_support: true,
+            support: "crate::lexicon_runtime".into(),
             command: "gelstore lex gen".into(),
         }
     }
@@ -270,13 +268,9 @@ fn layout(
             .get(&path)
             .map(|(nsid, d)| (nsid.as_str(), d.as_deref()));
         w.header(ctx.opts, path.is_empty(), doc);
-        let mut mods: Vec<String> = kids
+        let mods: Vec<String> = kids
             .map(|k| k.iter().cloned().collect())
             .unwrap_or_default();
-        if path.is_empty() && ctx.opts.declare_support {
-            mods.push("support".to_string());
-            mods.sort();
-        }
         if !mods.is_empty() {
             w.blank();
             for m in &mods {
@@ -301,6 +295,14 @@ fn unraw(path: &[String]) -> Vec<&str> {
     path.iter()
         .map(|s| s.strip_prefix("r#").unwrap_or(s))
         .collect()
+}
+
+/// The `use` line that brings the runtime module in as `support`.
+pub(crate) fn use_support(opts: &Options) -> String {
+    match opts.support.rsplit("::").next() {
+        Some("support") => format!("use {};", opts.support),
+        _ => format!("use {} as support;", opts.support),
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! `chat.gel.assistant.defs`
 #![allow(clippy::enum_variant_names, clippy::large_enum_variant)]
 
-use crate::lexicon::support;
+use crate::lexicon_runtime as support;
 
 /// The model's reasoning effort.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -2,7 +2,7 @@
 //! `chat.gel.assistant.getThread`
 #![allow(clippy::enum_variant_names, clippy::large_enum_variant)]
 
-use crate::lexicon::support;
+use crate::lexicon_runtime as support;
 
 /// The NSID of this lexicon's main definition.
 pub const NSID: &str = "chat.gel.assistant.getThread";

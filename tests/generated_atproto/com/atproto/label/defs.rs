@@ -2,7 +2,7 @@
 //! `com.atproto.label.defs`
 #![allow(clippy::enum_variant_names, clippy::large_enum_variant)]
 
-use gelstore::lexicon::support;
+use gelstore::lexicon_runtime as support;
 
 /// Metadata tag on an atproto resource (eg, repo or record).
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -2,7 +2,7 @@
 //! `com.atproto.label.subscribeLabels`
 #![allow(clippy::enum_variant_names, clippy::large_enum_variant)]
 
-use gelstore::lexicon::support;
+use gelstore::lexicon_runtime as support;
 
 /// The NSID of this lexicon's main definition.
 pub const NSID: &str = "com.atproto.label.subscribeLabels";

@@ -2,7 +2,7 @@
 //! `com.atproto.moderation.defs`
 #![allow(clippy::enum_variant_names, clippy::large_enum_variant)]
 
-use gelstore::lexicon::support;
+use gelstore::lexicon_runtime as support;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ReasonType {

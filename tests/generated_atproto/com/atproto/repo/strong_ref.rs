@@ -4,7 +4,7 @@
 //! A URI with a content-hash fingerprint.
 #![allow(clippy::enum_variant_names, clippy::large_enum_variant)]
 
-use gelstore::lexicon::support;
+use gelstore::lexicon_runtime as support;
 
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
