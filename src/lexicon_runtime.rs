@@ -1187,6 +1187,103 @@ pub fn tagged<S: Serializer, T: Serialize>(
 }
 
 // ---------------------------------------------------------------------------
+// XRPC methods
+
+/// How an XRPC method is called: over HTTP GET, HTTP POST, or a websocket.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MethodKind {
+    Query,
+    Procedure,
+    Subscription,
+}
+
+/// What a lexicon says about calling one of its methods; each generated
+/// method module has one as `METHOD`, and the root lists them in `METHODS`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Method {
+    pub nsid: &'static str,
+    pub kind: MethodKind,
+    /// The MIME type of the input body (`*/*` for any), if it takes one.
+    pub input: Option<&'static str>,
+    /// The MIME type of the output body, if it has one.
+    pub output: Option<&'static str>,
+}
+
+/// A parameter's type as a query string carries it (anything but an
+/// integer or a boolean reads as a string).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ParamType {
+    String,
+    Integer,
+    Boolean,
+}
+
+/// One parameter of a method, as its lexicon declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParamField {
+    pub name: &'static str,
+    pub ty: ParamType,
+    /// Given by repeating the name (`?tag=a&tag=b`).
+    pub array: bool,
+    pub required: bool,
+}
+
+/// A method's generated `…Params` type: read from a query string by
+/// [`params_from_query`].
+pub trait Params: DeserializeOwned + Validate {
+    const FIELDS: &'static [ParamField];
+}
+
+/// Reads `T` from a query string's (already percent-decoded) pairs: each
+/// value typed as the lexicon says, then the lexicon's checks. For a
+/// scalar given twice the first counts; names the lexicon does not declare
+/// are kept as strings (in the type's `extra`). The error is a message
+/// for the caller (an XRPC `InvalidRequest`).
+pub fn params_from_query<T: Params>(pairs: &[(String, String)]) -> Result<T, String> {
+    let mut object = serde_json::Map::new();
+    for (name, raw) in pairs {
+        let field = T::FIELDS.iter().find(|f| f.name == name);
+        let value = match field.map(|f| f.ty) {
+            Some(ParamType::Integer) => raw
+                .parse::<i64>()
+                .map(serde_json::Value::from)
+                .map_err(|_| format!("{name} must be an integer"))?,
+            Some(ParamType::Boolean) => match raw.as_str() {
+                "true" => true.into(),
+                "false" => false.into(),
+                _ => return Err(format!("{name} must be a boolean")),
+            },
+            Some(ParamType::String) | None => raw.as_str().into(),
+        };
+        if field.is_some_and(|f| f.array) {
+            let list = object
+                .entry(name.as_str())
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+            if let serde_json::Value::Array(items) = list {
+                items.push(value);
+            }
+        } else {
+            object.entry(name.as_str()).or_insert(value);
+        }
+    }
+    if let Some(missing) = T::FIELDS
+        .iter()
+        .find(|f| f.required && !object.contains_key(f.name))
+    {
+        return Err(format!(
+            "Params must have the property \"{}\"",
+            missing.name
+        ));
+    }
+    let params: T = serde_json::from_value(serde_json::Value::Object(object))
+        .map_err(|e| format!("Invalid params: {e}"))?;
+    params
+        .validate()
+        .map_err(|e| format!("Invalid params: {e}"))?;
+    Ok(params)
+}
+
+// ---------------------------------------------------------------------------
 // Records
 
 /// A record's key scheme (`key` of the record def).

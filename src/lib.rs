@@ -1,6 +1,7 @@
 //! gelstore: AI-assistant chats as user-owned, end-to-end sealed AT Protocol records.
 
 pub mod agent;
+pub mod atproto;
 pub mod chat;
 pub mod cli;
 pub mod device;

@@ -95,7 +95,7 @@ fn call_json(server: &Running, nsid: &str, query: &[(&str, &str)]) -> Result<Val
 fn get(server: &Running, args: &GetArgs) -> Result<()> {
     let record = call_json(
         server,
-        "com.atproto.repo.getRecord",
+        crate::atproto::com::atproto::repo::get_record::NSID,
         &[
             ("repo", &server.did),
             ("collection", &args.collection),
@@ -133,7 +133,7 @@ fn ls(server: &Running, args: &LsArgs) -> Result<()> {
         None => {
             let repo = call_json(
                 server,
-                "com.atproto.repo.describeRepo",
+                crate::atproto::com::atproto::repo::describe_repo::NSID,
                 &[("repo", &server.did)],
             )?;
             let mut all: Vec<String> = repo["collections"]
@@ -162,7 +162,11 @@ fn ls(server: &Running, args: &LsArgs) -> Result<()> {
             if !cursor.is_empty() {
                 query.push(("cursor", &cursor));
             }
-            let page = call_json(server, "com.atproto.repo.listRecords", &query)?;
+            let page = call_json(
+                server,
+                crate::atproto::com::atproto::repo::list_records::NSID,
+                &query,
+            )?;
             for record in page["records"].as_array().into_iter().flatten() {
                 let uri = record["uri"].as_str().unwrap_or_default();
                 let rkey = uri.rsplit('/').next().unwrap_or_default();
@@ -192,7 +196,11 @@ fn export(server: &Running, args: &ExportArgs) -> Result<()> {
     if let Some(since) = &args.since {
         query.push(("since", since));
     }
-    let car = call(server, "com.atproto.sync.getRepo", &query)?;
+    let car = call(
+        server,
+        crate::atproto::com::atproto::sync::get_repo::NSID,
+        &query,
+    )?;
     // Read back what came: its root commit and block count (and a CAR that
     // does not parse is refused before anything is written).
     let mut reader = CarReader::from_slice(&car, CarLimits::default())

@@ -25,7 +25,7 @@ use crate::seal::wrap::KEY_WRAP_COLLECTION;
 use crate::seal::{KeySet, KeyWrap, PairingCode, Recipient, SignedChange, WRAP_ALG_V1};
 
 /// Collection of device records.
-pub const DEVICE_COLLECTION: &str = "chat.gel.assistant.device";
+pub const DEVICE_COLLECTION: &str = crate::lexicon::chat::gel::assistant::device::NSID;
 
 /// A device record read from the repository.
 #[derive(Debug, Clone, PartialEq, Eq)]

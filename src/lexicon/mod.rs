@@ -186,3 +186,11 @@ pub fn validate_by_type(
         _ => false,
     }
 }
+
+/// Every XRPC method of the catalog, in NSID order.
+pub const METHODS: &[support::Method] = &[
+    chat::gel::assistant::answer_approval::METHOD,
+    chat::gel::assistant::get_thread::METHOD,
+    chat::gel::assistant::list_approvals::METHOD,
+    chat::gel::assistant::subscribe_reply::METHOD,
+];

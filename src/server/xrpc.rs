@@ -16,16 +16,8 @@ use serde_json::Value;
 use super::error::XrpcError;
 use super::routes;
 use super::state::AppState;
+use crate::lexicon_runtime::{MethodKind, Params, Validate, params_from_query};
 use crate::model::{decode_dag_cbor, ipld_to_json};
-
-/// Whether a method is read with GET or written with POST.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// GET, parameters in the query string.
-    Query,
-    /// POST, input in the body.
-    Procedure,
-}
 
 /// One request as a handler sees it.
 #[derive(Debug)]
@@ -54,6 +46,12 @@ impl Request {
         self.param(name).ok_or_else(|| {
             XrpcError::invalid_request(format!("Params must have the property \"{name}\""))
         })
+    }
+
+    /// The parameters as the method's generated `…Params` type: typed and
+    /// checked as its lexicon says.
+    pub fn params<T: Params>(&self) -> Result<T, XrpcError> {
+        params_from_query(&self.params).map_err(XrpcError::invalid_request)
     }
 
     /// An integer parameter in `min..=max`, or `default`.
@@ -101,6 +99,16 @@ impl Request {
                 "Request encoding (Content-Type) required but not provided",
             )),
         }
+    }
+
+    /// The body as the method's generated `…Input` type, with its
+    /// lexicon's checks; a shape or a broken constraint is `InvalidRequest`.
+    pub fn valid_input<T: DeserializeOwned + Validate>(&self) -> Result<T, XrpcError> {
+        let input: T = self.input()?;
+        input
+            .validate()
+            .map_err(|e| XrpcError::invalid_request(format!("Invalid input: {e}")))?;
+        Ok(input)
     }
 
     /// The JSON body decoded into `T`; a shape error is `InvalidRequest`.
@@ -151,30 +159,31 @@ async fn dispatch(
     query: Option<String>,
     body: Body,
 ) -> Result<Response, XrpcError> {
-    let Some(kind) = routes::kind_of(&nsid) else {
+    let Some(route) = routes::route(&nsid) else {
         return Err(XrpcError::not_implemented(&nsid));
     };
-    let expected = match kind {
-        Kind::Query => Method::GET,
-        Kind::Procedure => Method::POST,
+    let query_like = route.method.kind == MethodKind::Query;
+    let expected = if query_like {
+        Method::GET
+    } else {
+        Method::POST
     };
     // HEAD is GET without the body, which the HTTP layer drops.
-    if method != expected && !(kind == Kind::Query && method == Method::HEAD) {
+    if method != expected && !(query_like && method == Method::HEAD) {
         return Err(XrpcError::invalid_request(format!(
             "Incorrect HTTP method ({method}) expected {expected}"
         )));
     }
     let params = parse_query(query.as_deref().unwrap_or(""))?;
-    let body = match kind {
-        Kind::Query => Bytes::new(),
-        Kind::Procedure => {
-            let limit = if routes::takes_blob(&nsid) {
-                state.limits.blob
-            } else {
-                state.limits.body
-            };
-            read_body(&headers, body, limit, state.limits.body_timeout).await?
-        }
+    let body = if query_like {
+        Bytes::new()
+    } else {
+        let limit = if route.takes_blob() {
+            state.limits.blob
+        } else {
+            state.limits.body
+        };
+        read_body(&headers, body, limit, state.limits.body_timeout).await?
     };
     let request = Request {
         peer,
@@ -182,7 +191,7 @@ async fn dispatch(
         headers,
         body,
     };
-    routes::call(&state, &nsid, request).await
+    route.call(&state, request).await
 }
 
 /// The query string's pairs, percent-decoded, in order.

@@ -279,7 +279,7 @@ impl Session {
         let out = rt
             .block_on(api.service.com.atproto.server.create_session(input.into()))
             .map_err(
-                |e| match xrpc_error(&service, "com.atproto.server.createSession", e) {
+                |e| match xrpc_error(&service, server::create_session::NSID, e) {
                     SyncError::Xrpc { status: 401, .. } => SyncError::BadCredentials {
                         identifier: identifier.to_owned(),
                         service: service.clone(),
@@ -338,7 +338,7 @@ impl Session {
         Did::new(self.did.clone())
             .map(AtIdentifier::Did)
             .map_err(|e| SyncError::Xrpc {
-                method: "com.atproto.server.createSession",
+                method: server::create_session::NSID,
                 status: 0,
                 error: "BadDid".into(),
                 message: format!("{e}: {}", self.did),
@@ -363,7 +363,7 @@ impl Session {
             .rt
             .block_on(self.api.service.com.atproto.repo.apply_writes(input.into()))
             .map(|o| o.data)
-            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.applyWrites", e));
+            .map_err(|e| xrpc_error(&self.service, repo::apply_writes::NSID, e));
         self.acknowledged(count, result)
     }
 
@@ -390,7 +390,7 @@ impl Session {
             .rt
             .block_on(self.api.service.com.atproto.repo.put_record(input.into()))
             .map(|o| o.data.cid.as_ref().to_string())
-            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.putRecord", e));
+            .map_err(|e| xrpc_error(&self.service, repo::put_record::NSID, e));
         self.acknowledged(1, result)
     }
 
@@ -422,7 +422,7 @@ impl Session {
             "record": record,
             "swapRecord": swap_record,
         });
-        let result = self.post_json("com.atproto.repo.putRecord", &body);
+        let result = self.post_json(repo::put_record::NSID, &body);
         self.acknowledged(1, result)
     }
 
@@ -433,7 +433,7 @@ impl Session {
         collection: &str,
         rkey: &str,
     ) -> Result<Option<(Value, cid::Cid)>, SyncError> {
-        const METHOD: &str = "com.atproto.repo.getRecord";
+        const METHOD: &str = repo::get_record::NSID;
         let bad = |e: &str| bad_request(METHOD, format!("{collection}/{rkey}: {e}"));
         let params = repo::get_record::ParametersData {
             cid: None,
@@ -486,7 +486,7 @@ impl Session {
                     .delete_record(input.into()),
             )
             .map(|_| ())
-            .map_err(|e| xrpc_error(&self.service, "com.atproto.repo.deleteRecord", e));
+            .map_err(|e| xrpc_error(&self.service, repo::delete_record::NSID, e));
         self.acknowledged(1, result)
     }
 
@@ -562,7 +562,7 @@ impl Session {
     /// `com.atproto.repo.uploadBlob`: `bytes` as a blob of type `mime`;
     /// returns the CID the PDS stored them under.
     pub(crate) fn upload_blob(&self, bytes: Vec<u8>, mime: &str) -> Result<cid::Cid, SyncError> {
-        const METHOD: &str = "com.atproto.repo.uploadBlob";
+        const METHOD: &str = repo::upload_blob::NSID;
         let json = self.post(METHOD, mime, bytes)?;
         json["blob"]["ref"]["$link"]
             .as_str()
@@ -578,7 +578,7 @@ impl Session {
     /// `com.atproto.sync.getBlob`: the blob's bytes, or `None` when the PDS
     /// does not have it.
     pub(crate) fn get_blob(&self, cid: &cid::Cid) -> Result<Option<Vec<u8>>, SyncError> {
-        const METHOD: &str = "com.atproto.sync.getBlob";
+        const METHOD: &str = sync::get_blob::NSID;
         let params = sync::get_blob::ParametersData {
             cid: atrium_api::types::string::Cid::new(*cid),
             did: self.did_param(METHOD)?,
@@ -601,7 +601,7 @@ impl Session {
     /// `com.atproto.sync.getRepo`: the whole repository as a CAR.
     pub fn get_repo(&self) -> Result<Vec<u8>, SyncError> {
         let did = Did::new(self.did.clone()).map_err(|e| SyncError::Xrpc {
-            method: "com.atproto.sync.getRepo",
+            method: sync::get_repo::NSID,
             status: 0,
             error: "BadDid".into(),
             message: e.to_string(),
@@ -609,7 +609,7 @@ impl Session {
         let params = sync::get_repo::ParametersData { did, since: None };
         self.rt
             .block_on(self.api.service.com.atproto.sync.get_repo(params.into()))
-            .map_err(|e| xrpc_error(&self.service, "com.atproto.sync.getRepo", e))
+            .map_err(|e| xrpc_error(&self.service, sync::get_repo::NSID, e))
     }
 
     /// `GET url`: the account's DID document (the URL from
@@ -657,7 +657,7 @@ impl Session {
     /// `com.atproto.sync.getRepo` with `since`: the head commit and the
     /// blocks created after that rev (the whole repository without it).
     pub fn get_repo_since(&self, since: Option<&str>) -> Result<Vec<u8>, SyncError> {
-        const METHOD: &str = "com.atproto.sync.getRepo";
+        const METHOD: &str = sync::get_repo::NSID;
         let since = since
             .map(|s| {
                 atrium_api::types::string::Tid::new(s.to_owned()).map_err(|e| SyncError::Xrpc {
@@ -679,7 +679,7 @@ impl Session {
 
     /// `com.atproto.sync.getLatestCommit`: the head commit's CID and rev.
     pub fn latest_commit(&self) -> Result<(cid::Cid, String), SyncError> {
-        const METHOD: &str = "com.atproto.sync.getLatestCommit";
+        const METHOD: &str = sync::get_latest_commit::NSID;
         let params = sync::get_latest_commit::ParametersData {
             did: self.did_param(METHOD)?,
         };
@@ -698,7 +698,7 @@ impl Session {
 
     /// `com.atproto.sync.getBlocks`: a CAR of the given blocks.
     pub(crate) fn get_blocks(&self, cids: &[cid::Cid]) -> Result<Vec<u8>, SyncError> {
-        const METHOD: &str = "com.atproto.sync.getBlocks";
+        const METHOD: &str = sync::get_blocks::NSID;
         let params = sync::get_blocks::ParametersData {
             cids: cids
                 .iter()

@@ -82,7 +82,7 @@ enum Op<'a> {
 
 fn bad_name(key: &str, e: &str) -> SyncError {
     SyncError::Xrpc {
-        method: "com.atproto.repo.applyWrites",
+        method: atrium_api::com::atproto::repo::apply_writes::NSID,
         status: 0,
         error: "InvalidRequest".into(),
         message: format!("{key}: {e}"),

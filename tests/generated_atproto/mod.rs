@@ -135,3 +135,18 @@ pub fn validate_by_type(
         _ => false,
     }
 }
+
+/// Every XRPC method of the catalog, in NSID order.
+pub const METHODS: &[support::Method] = &[
+    com::atproto::identity::resolve_handle::METHOD,
+    com::atproto::label::subscribe_labels::METHOD,
+    com::atproto::repo::apply_writes::METHOD,
+    com::atproto::repo::list_records::METHOD,
+    com::atproto::repo::upload_blob::METHOD,
+    com::atproto::server::create_session::METHOD,
+    com::atproto::server::describe_server::METHOD,
+    com::atproto::sync::subscribe_repos::METHOD,
+    example::lexicon::procedure::METHOD,
+    example::lexicon::query::METHOD,
+    example::lexicon::subscription::METHOD,
+];

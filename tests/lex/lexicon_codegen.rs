@@ -88,6 +88,62 @@ fn checked_in_code_is_what_the_lexicons_generate() {
     );
 }
 
+/// The com.atproto methods the server implements, generated from the
+/// vendored lexicons into `src/atproto/`.
+#[test]
+fn checked_in_atproto_code_is_what_the_vendored_lexicons_generate() {
+    let (catalog, findings) =
+        Catalog::load_paths(&[format!("{ROOT}/vendor/lexicons")]).expect("vendor/lexicons");
+    assert!(findings.is_empty(), "{findings:?}");
+    let opts = emit::Options {
+        root: "crate::atproto".into(),
+        ..emit::Options::gelstore()
+    };
+    let files = emit::generate(&catalog, &opts).unwrap();
+    let out = Path::new(ROOT).join("src/atproto");
+    let drift = gelstore::cli::sync_generated(&out, &files, true).unwrap();
+    assert!(
+        drift.is_empty(),
+        "regenerate with `gelstore lex gen --lexicons vendor/lexicons --out src/atproto \
+         --root crate::atproto`: {drift:?}"
+    );
+}
+
+/// Every method a lexicon declares is in its tree's `METHODS`, once, with
+/// the kind and encodings the lexicon gives.
+#[test]
+fn the_method_table_lists_every_method_as_declared() {
+    use gelstore::lexicon_runtime::MethodKind;
+    let methods = gelstore::lexicon::METHODS;
+    let nsids: Vec<&str> = methods.iter().map(|m| m.nsid).collect();
+    let mut sorted = nsids.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(nsids, sorted, "in NSID order, each once");
+    let declared: Vec<String> = catalog()
+        .entries()
+        .filter(|e| {
+            matches!(
+                e.doc.main().map(|d| d.type_name()),
+                Some("query" | "procedure" | "subscription")
+            )
+        })
+        .map(|e| e.doc.id.clone())
+        .collect();
+    assert_eq!(nsids.len(), declared.len(), "{nsids:?} vs {declared:?}");
+    let get_thread = gelstore::lexicon::chat::gel::assistant::get_thread::METHOD;
+    assert_eq!(get_thread.nsid, "chat.gel.assistant.getThread");
+    assert_eq!(get_thread.kind, MethodKind::Query);
+    assert_eq!(get_thread.input, None);
+    assert_eq!(get_thread.output, Some("application/json"));
+    let upload = gelstore::atproto::com::atproto::repo::upload_blob::METHOD;
+    assert_eq!(upload.kind, MethodKind::Procedure);
+    assert_eq!(upload.input, Some("*/*"));
+    let subscribe = gelstore::atproto::com::atproto::sync::subscribe_repos::METHOD;
+    assert_eq!(subscribe.kind, MethodKind::Subscription);
+    assert!(gelstore::atproto::METHODS.contains(&subscribe));
+}
+
 fn round_trip<T>(json: &Value) -> Result<(), String>
 where
     T: DeserializeOwned + Serialize + PartialEq + std::fmt::Debug,
@@ -307,4 +363,60 @@ fn subscription_frames_decode_by_header_type() {
     let err: events::SubscribeReplyError =
         support::StringEnum::from_string("FutureCursor".to_string()).unwrap();
     assert_eq!(err, events::SubscribeReplyError::FutureCursor);
+}
+
+/// A query string read into a generated `…Params` type: each value typed
+/// as the lexicon says, the required ones named when absent, the lexicon's
+/// limits checked, repeated names gathered for an array.
+#[test]
+fn query_parameters_read_as_the_lexicon_declares_them() {
+    use gelstore::atproto::com::atproto::sync::get_blocks::GetBlocksParams;
+    use gelstore::lexicon::chat::gel::assistant::get_thread::GetThreadParams;
+    use support::params_from_query;
+    let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let p: GetThreadParams = params_from_query(&q(&[
+        ("chat", "3lbqzdw5pzk22"),
+        ("limit", "7"),
+        ("limit", "9"),
+    ]))
+    .unwrap();
+    assert_eq!(p.chat.as_str(), "3lbqzdw5pzk22");
+    assert_eq!(p.limit, Some(7), "the first of a repeated scalar counts");
+    assert_eq!(p.limit_or_default(), 7);
+    let p: GetThreadParams = params_from_query(&q(&[("chat", "c1"), ("future", "x")])).unwrap();
+    assert_eq!(p.limit_or_default(), 500);
+    assert_eq!(p.extra.len(), 1, "an undeclared name is kept, as a string");
+
+    let err = |pairs: &[(&str, &str)]| params_from_query::<GetThreadParams>(&q(pairs)).unwrap_err();
+    assert_eq!(
+        err(&[("limit", "5")]),
+        "Params must have the property \"chat\""
+    );
+    assert_eq!(
+        err(&[("chat", "c1"), ("limit", "five")]),
+        "limit must be an integer"
+    );
+    assert!(
+        err(&[("chat", "c1"), ("limit", "1001")]).contains("/limit"),
+        "the lexicon's maximum"
+    );
+    assert!(
+        err(&[("chat", "c1"), ("limit", "0")]).contains("/limit"),
+        "the lexicon's minimum"
+    );
+    assert!(
+        err(&[("chat", "no/slash")]).starts_with("Invalid params"),
+        "a bad record key"
+    );
+
+    let did = "did:plc:ewvi7nxzyoun6zhxrhs64oiz";
+    let cid = "bafyreie5737gdxlw5i64vzichcalba3z2v5n6icifvx5xytvske7mr3hpm";
+    let p: GetBlocksParams =
+        params_from_query(&q(&[("did", did), ("cids", cid), ("cids", cid)])).unwrap();
+    assert_eq!(p.cids.len(), 2, "a repeated array name gathers");
 }

@@ -58,6 +58,15 @@ pub(crate) fn module(ctx: &mut Ctx<'_>, doc: &Document) -> String {
             &format!("{:?};", doc.id),
         );
     }
+    if let Some(method) = doc.main().and_then(method_const) {
+        m.w.blank();
+        m.w.line("/// How this method is called (a server's route table reads it).");
+        m.w.open("pub const METHOD: support::Method = support::Method {");
+        for line in method {
+            m.w.line(&line);
+        }
+        m.w.close("};");
+    }
     for (name, def) in &doc.defs {
         m.def = name.clone();
         m.emit_def(doc, name, def);
@@ -112,6 +121,50 @@ pub(crate) fn root_table(ctx: &Ctx<'_>, w: &mut Writer) {
     w.close("}");
     w.indent_by(-1);
     w.line("}");
+}
+
+/// The fields of the `METHOD` constant of a query, procedure or
+/// subscription (each a line of the struct literal); None for other defs.
+fn method_const(def: &Def) -> Option<Vec<String>> {
+    let encoding = |b: Option<&Body>| match b {
+        Some(b) => format!("Some({:?})", b.encoding),
+        None => "None".to_string(),
+    };
+    let (kind, input, output) = match def {
+        Def::Query(q) => ("Query", None, q.output.as_ref()),
+        Def::Procedure(p) => ("Procedure", p.input.as_ref(), p.output.as_ref()),
+        Def::Subscription(_) => ("Subscription", None, None),
+        _ => return None,
+    };
+    Some(vec![
+        "nsid: NSID,".to_string(),
+        format!("kind: support::MethodKind::{kind},"),
+        format!("input: {},", encoding(input)),
+        format!("output: {},", encoding(output)),
+    ])
+}
+
+/// The `METHODS` table at the root of the generated tree: every method's
+/// `METHOD`, in NSID order.
+pub(crate) fn method_table(ctx: &Ctx<'_>, w: &mut Writer) {
+    let mut methods: Vec<&str> = ctx
+        .catalog
+        .entries()
+        .filter(|e| e.doc.main().and_then(method_const).is_some())
+        .map(|e| e.doc.id.as_str())
+        .collect();
+    methods.sort_unstable();
+    w.blank();
+    w.line("/// Every XRPC method of the catalog, in NSID order.");
+    if methods.is_empty() {
+        w.line("pub const METHODS: &[support::Method] = &[];");
+        return;
+    }
+    w.open("pub const METHODS: &[support::Method] = &[");
+    for nsid in methods {
+        w.line(&format!("{}::METHOD,", module_path(nsid).join("::")));
+    }
+    w.close("];");
 }
 
 /// The `$type` spellings of a def: `nsid` and `nsid#main` for main.
@@ -260,7 +313,51 @@ impl Module<'_, '_> {
                 &[],
                 None,
             );
+            self.emit_query_shape(&name, p);
         }
+    }
+
+    /// `impl support::Params`: how each parameter reads from a query string.
+    fn emit_query_shape(&mut self, name: &str, p: &Params) {
+        let scalar = |t: &Type| match t {
+            Type::Integer(_) => "Integer",
+            Type::Boolean(_) => "Boolean",
+            _ => "String",
+        };
+        self.w.blank();
+        self.w.open(&format!("impl support::Params for {name} {{"));
+        if p.properties.is_empty() {
+            self.w
+                .line("const FIELDS: &'static [support::ParamField] = &[];");
+        } else {
+            // rustfmt hugs a lone struct literal: `&[Field {` … `}];`.
+            let lone = p.properties.len() == 1;
+            let head = "const FIELDS: &'static [support::ParamField] = &[";
+            if !lone {
+                self.w.open(head);
+            }
+            for (field, t) in &p.properties {
+                let (ty, many) = match t {
+                    Type::Array(a) => (scalar(&a.items), true),
+                    other => (scalar(other), false),
+                };
+                if lone {
+                    self.w.open(&format!("{head}support::ParamField {{"));
+                } else {
+                    self.w.open("support::ParamField {");
+                }
+                self.w.line(&format!("name: {field:?},"));
+                self.w.line(&format!("ty: support::ParamType::{ty},"));
+                self.w.line(&format!("array: {many},"));
+                self.w
+                    .line(&format!("required: {},", p.required.contains(field)));
+                self.w.close(if lone { "}];" } else { "}," });
+            }
+            if !lone {
+                self.w.close("];");
+            }
+        }
+        self.w.close("}");
     }
 
     fn emit_body(&mut self, main: &str, side: &str, body: Option<&Body>) {

@@ -279,6 +279,7 @@ fn layout(
         }
         if path.is_empty() {
             items::root_table(ctx, &mut w);
+            items::method_table(ctx, &mut w);
         }
         if let Some(body) = modules.get(&path) {
             w.raw(body);

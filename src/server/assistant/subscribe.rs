@@ -73,7 +73,7 @@ fn open(
     headers: &HeaderMap,
 ) -> Result<(Arc<Assistant>, ReplyKey, u64), XrpcError> {
     let Some(assistant) = state.assistant.clone() else {
-        let mut e = XrpcError::not_implemented("chat.gel.assistant.subscribeReply");
+        let mut e = XrpcError::not_implemented(SUBPROTOCOL);
         e.message = "this server holds no chat key, so it cannot stream a reply's plaintext; \
                      start it with --assistant to run and stream replies"
             .into();
@@ -111,7 +111,7 @@ fn open(
 }
 
 /// The subprotocol a browser offers with its token (the server answers with it).
-pub const SUBPROTOCOL: &str = "chat.gel.assistant.subscribeReply";
+pub const SUBPROTOCOL: &str = crate::lexicon::chat::gel::assistant::subscribe_reply::NSID;
 
 /// The access token a browser sends as the subprotocol `bearer.<token>`:
 /// a browser's `WebSocket` cannot set an `Authorization` header, and a

@@ -36,14 +36,16 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::server::require_access;
 use crate::chat::keys::ReplyKey;
 use crate::chat::store::ContentState;
 use crate::chat::{ChatStore, ChatStoreError};
+use crate::lexicon::chat::gel::assistant::answer_approval::AnswerApprovalInput;
 use crate::lexicon::chat::gel::assistant::defs::ToolApprovalPart;
+use crate::lexicon::chat::gel::assistant::get_thread::GetThreadParams;
+use crate::lexicon::chat::gel::assistant::list_approvals::ListApprovalsParams;
 use crate::server::error::XrpcError;
 use crate::server::state::AppState;
 use crate::server::xrpc::Request;
@@ -51,11 +53,9 @@ use crate::server::xrpc::Request;
 use crate::chat::store::{CHAT, MESSAGE};
 
 pub async fn get_thread(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
-    let chat = req.required("chat")?.to_owned();
-    gelstore_codegen::syntax::check_record_key(&chat)
-        .map_err(|e| XrpcError::invalid_request(format!("chat: {}", e.reason)))?;
-    let limit = req.int("limit", 1, 1000, 500)? as usize;
-    let cursor = req.param("cursor").map(str::to_owned);
+    let params: GetThreadParams = req.params()?;
+    let limit = params.limit_or_default() as usize;
+    let (chat, cursor) = (params.chat.into_string(), params.cursor);
     let did = state.did.clone();
     let out = state
         .with_core(move |core| {
@@ -127,13 +127,10 @@ pub async fn list_approvals(state: &Arc<AppState>, req: Request) -> Result<Respo
     if state.assistant.is_some() {
         require_access(state, &req)?;
     }
-    let chat = req.param("chat").map(str::to_owned);
-    if let Some(c) = &chat {
-        gelstore_codegen::syntax::check_record_key(c)
-            .map_err(|e| XrpcError::invalid_request(format!("chat: {}", e.reason)))?;
-    }
-    let limit = req.int("limit", 1, 100, 50)? as usize;
-    let cursor = req.param("cursor").map(str::to_owned);
+    let params: ListApprovalsParams = req.params()?;
+    let limit = params.limit_or_default() as usize;
+    let chat = params.chat.map(|c| c.into_string());
+    let cursor = params.cursor;
     let did = state.did.clone();
     let out = state
         .with_core(move |core| {
@@ -197,12 +194,6 @@ fn page_last_key(page: &[Value]) -> String {
         .to_owned()
 }
 
-#[derive(Deserialize)]
-struct AnswerInput {
-    reply: String,
-    decisions: Vec<Value>,
-}
-
 /// Writes the answer and the pending reply to it (`--assistant`).
 fn write_answer(
     chats: &mut ChatStore,
@@ -231,20 +222,8 @@ fn write_answer(
 
 pub async fn answer_approval(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     require_access(state, &req)?;
-    let input: AnswerInput = req.input()?;
-    if input.decisions.len() > 1000 {
-        return Err(XrpcError::invalid_request("at most 1000 decisions"));
-    }
-    let decisions = input
-        .decisions
-        .into_iter()
-        .enumerate()
-        .map(|(i, d)| {
-            serde_json::from_value::<ToolApprovalPart>(d)
-                .map_err(|e| XrpcError::invalid_request(format!("decisions/{i}: {e}")))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let reply = input.reply;
+    let input: AnswerApprovalInput = req.valid_input()?;
+    let (reply, decisions) = (input.reply.into_string(), input.decisions);
     let did = state.did.clone();
     state
         .with_core(move |core| {

@@ -1,6 +1,6 @@
 //! The XRPC methods this server implements, one module per NSID group.
-//! [`kind_of`] is the table of methods; [`call`] sends a request to its
-//! handler.
+//! [`ROUTES`] is the one table: each method's `METHOD` as generated from its
+//! lexicon (NSID, query or procedure, encodings) next to its handler.
 
 mod chat;
 mod repo;
@@ -9,78 +9,103 @@ mod sync;
 
 pub use self::server::{require_access_in, require_access_token};
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::response::Response;
 
 use super::error::XrpcError;
 use super::state::AppState;
-use super::xrpc::{Kind, Request};
+use super::xrpc::Request;
+use crate::atproto::com::atproto::{identity, repo as repo_, server as server_, sync as sync_};
+use crate::lexicon::chat::gel::assistant as gel;
+use crate::lexicon_runtime::Method;
 
-/// Whether `nsid` is served, and as a query or a procedure.
-pub fn kind_of(nsid: &str) -> Option<Kind> {
-    use Kind::*;
-    Some(match nsid {
-        "com.atproto.server.describeServer"
-        | "com.atproto.server.getSession"
-        | "com.atproto.identity.resolveHandle"
-        | "com.atproto.repo.getRecord"
-        | "com.atproto.repo.listRecords"
-        | "com.atproto.repo.describeRepo"
-        | "com.atproto.sync.getRepo"
-        | "com.atproto.sync.getRecord"
-        | "com.atproto.sync.getBlocks"
-        | "com.atproto.sync.getLatestCommit"
-        | "com.atproto.sync.getRepoStatus"
-        | "com.atproto.sync.listRepos"
-        | "com.atproto.sync.getBlob"
-        | "chat.gel.assistant.getThread"
-        | "chat.gel.assistant.listApprovals" => Query,
-        "com.atproto.server.createSession"
-        | "com.atproto.server.refreshSession"
-        | "com.atproto.server.deleteSession"
-        | "com.atproto.repo.createRecord"
-        | "com.atproto.repo.putRecord"
-        | "com.atproto.repo.deleteRecord"
-        | "com.atproto.repo.applyWrites"
-        | "com.atproto.repo.uploadBlob"
-        | "chat.gel.assistant.answerApproval" => Procedure,
-        _ => return None,
-    })
+type Answer<'a> = Pin<Box<dyn Future<Output = Result<Response, XrpcError>> + Send + 'a>>;
+
+/// A method the server answers over HTTP, and the code that answers it.
+pub struct Route {
+    pub method: Method,
+    handler: for<'a> fn(&'a Arc<AppState>, Request) -> Answer<'a>,
 }
 
-/// Whether the method's body is a blob (the blob size limit applies).
-pub fn takes_blob(nsid: &str) -> bool {
-    nsid == "com.atproto.repo.uploadBlob"
+impl Route {
+    /// Whether the input is a blob (any MIME type; the blob size limit applies).
+    pub fn takes_blob(&self) -> bool {
+        self.method.input == Some("*/*")
+    }
+
+    pub async fn call(&self, state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+        (self.handler)(state, req).await
+    }
 }
 
-/// Runs the handler of `nsid` (which [`kind_of`] knows).
-pub async fn call(state: &Arc<AppState>, nsid: &str, req: Request) -> Result<Response, XrpcError> {
-    match nsid {
-        "com.atproto.server.describeServer" => server::describe_server(state),
-        "com.atproto.server.createSession" => server::create_session(state, req).await,
-        "com.atproto.server.refreshSession" => server::refresh_session(state, req).await,
-        "com.atproto.server.deleteSession" => server::delete_session(state, req).await,
-        "com.atproto.server.getSession" => server::get_session(state, req),
-        "com.atproto.identity.resolveHandle" => server::resolve_handle(state, req),
-        "com.atproto.repo.createRecord" => repo::create_record(state, req).await,
-        "com.atproto.repo.putRecord" => repo::put_record(state, req).await,
-        "com.atproto.repo.deleteRecord" => repo::delete_record(state, req).await,
-        "com.atproto.repo.applyWrites" => repo::apply_writes(state, req).await,
-        "com.atproto.repo.getRecord" => repo::get_record(state, req).await,
-        "com.atproto.repo.listRecords" => repo::list_records(state, req).await,
-        "com.atproto.repo.describeRepo" => repo::describe_repo(state, req).await,
-        "com.atproto.repo.uploadBlob" => repo::upload_blob(state, req).await,
-        "com.atproto.sync.getRepo" => sync::get_repo(state, req).await,
-        "com.atproto.sync.getRecord" => sync::get_record(state, req).await,
-        "com.atproto.sync.getBlocks" => sync::get_blocks(state, req).await,
-        "com.atproto.sync.getLatestCommit" => sync::get_latest_commit(state, req).await,
-        "com.atproto.sync.getRepoStatus" => sync::get_repo_status(state, req).await,
-        "com.atproto.sync.listRepos" => sync::list_repos(state, req).await,
-        "com.atproto.sync.getBlob" => sync::get_blob(state, req).await,
-        "chat.gel.assistant.getThread" => chat::get_thread(state, req).await,
-        "chat.gel.assistant.listApprovals" => chat::list_approvals(state, req).await,
-        "chat.gel.assistant.answerApproval" => chat::answer_approval(state, req).await,
-        other => Err(XrpcError::not_implemented(other)),
+macro_rules! route {
+    ($method:path => $handler:path) => {
+        Route {
+            method: $method,
+            handler: |state, req| Box::pin($handler(state, req)),
+        }
+    };
+}
+
+/// Every query and procedure served. Subscriptions are websockets, routed
+/// beside XRPC (`server::firehose`, `server::assistant::subscribe`).
+static ROUTES: &[Route] = &[
+    route!(server_::describe_server::METHOD => server::describe_server),
+    route!(server_::create_session::METHOD => server::create_session),
+    route!(server_::refresh_session::METHOD => server::refresh_session),
+    route!(server_::delete_session::METHOD => server::delete_session),
+    route!(server_::get_session::METHOD => server::get_session),
+    route!(identity::resolve_handle::METHOD => server::resolve_handle),
+    route!(repo_::create_record::METHOD => repo::create_record),
+    route!(repo_::put_record::METHOD => repo::put_record),
+    route!(repo_::delete_record::METHOD => repo::delete_record),
+    route!(repo_::apply_writes::METHOD => repo::apply_writes),
+    route!(repo_::get_record::METHOD => repo::get_record),
+    route!(repo_::list_records::METHOD => repo::list_records),
+    route!(repo_::describe_repo::METHOD => repo::describe_repo),
+    route!(repo_::upload_blob::METHOD => repo::upload_blob),
+    route!(sync_::get_repo::METHOD => sync::get_repo),
+    route!(sync_::get_record::METHOD => sync::get_record),
+    route!(sync_::get_blocks::METHOD => sync::get_blocks),
+    route!(sync_::get_latest_commit::METHOD => sync::get_latest_commit),
+    route!(sync_::get_repo_status::METHOD => sync::get_repo_status),
+    route!(sync_::list_repos::METHOD => sync::list_repos),
+    route!(sync_::get_blob::METHOD => sync::get_blob),
+    route!(gel::get_thread::METHOD => chat::get_thread),
+    route!(gel::list_approvals::METHOD => chat::list_approvals),
+    route!(gel::answer_approval::METHOD => chat::answer_approval),
+];
+
+/// The route of `nsid`, if the server answers it over HTTP.
+pub fn route(nsid: &str) -> Option<&'static Route> {
+    ROUTES.iter().find(|r| r.method.nsid == nsid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lexicon_runtime::MethodKind;
+
+    #[test]
+    fn every_generated_query_and_procedure_of_ours_is_routed_once() {
+        for m in crate::lexicon::METHODS {
+            let routed = ROUTES.iter().filter(|r| r.method == *m).count();
+            let want = usize::from(m.kind != MethodKind::Subscription);
+            assert_eq!(routed, want, "{}", m.nsid);
+        }
+        for r in ROUTES {
+            assert_ne!(r.method.kind, MethodKind::Subscription, "{}", r.method.nsid);
+            assert!(
+                std::ptr::eq(route(r.method.nsid).unwrap(), r),
+                "{}",
+                r.method.nsid
+            );
+        }
+        assert!(route("com.atproto.repo.uploadBlob").unwrap().takes_blob());
+        assert!(!route("com.atproto.repo.createRecord").unwrap().takes_blob());
+        assert!(route("com.atproto.sync.subscribeRepos").is_none());
     }
 }

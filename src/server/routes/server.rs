@@ -17,7 +17,7 @@ use crate::server::sessions::Refused;
 use crate::server::state::AppState;
 use crate::server::xrpc::Request;
 
-pub fn describe_server(state: &Arc<AppState>) -> Result<Response, XrpcError> {
+pub async fn describe_server(state: &Arc<AppState>, _req: Request) -> Result<Response, XrpcError> {
     Ok(Json(json!({
         "did": state.did,
         "availableUserDomains": [],
@@ -183,7 +183,7 @@ pub async fn delete_session(state: &Arc<AppState>, req: Request) -> Result<Respo
     Ok(axum::http::StatusCode::OK.into_response())
 }
 
-pub fn get_session(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+pub async fn get_session(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     require_access(state, &req)?;
     Ok(session_output(state, None))
 }
@@ -209,7 +209,7 @@ pub fn require_access_token(state: &AppState, token: &str) -> Result<(), XrpcErr
     Ok(())
 }
 
-pub fn resolve_handle(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
+pub async fn resolve_handle(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     let handle = req.required("handle")?;
     if !handle.eq_ignore_ascii_case(&state.handle) {
         return Err(XrpcError::named(

@@ -7,6 +7,14 @@ use gelstore::lexicon_runtime as support;
 /// The NSID of this lexicon's main definition.
 pub const NSID: &str = "example.lexicon.procedure";
 
+/// How this method is called (a server's route table reads it).
+pub const METHOD: support::Method = support::Method {
+    nsid: NSID,
+    kind: support::MethodKind::Procedure,
+    input: Some("application/json"),
+    output: Some("application/json"),
+};
+
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ProcedureParams {
@@ -31,6 +39,29 @@ impl support::Validate for ProcedureParams {
     fn validate_at(&self, path: &support::Path<'_>, errors: &mut support::Errors) {
         support::extra(&self.extra, path, errors);
     }
+}
+
+impl support::Params for ProcedureParams {
+    const FIELDS: &'static [support::ParamField] = &[
+        support::ParamField {
+            name: "boolean",
+            ty: support::ParamType::Boolean,
+            array: false,
+            required: false,
+        },
+        support::ParamField {
+            name: "integer",
+            ty: support::ParamType::Integer,
+            array: false,
+            required: false,
+        },
+        support::ParamField {
+            name: "stringField",
+            ty: support::ParamType::String,
+            array: false,
+            required: false,
+        },
+    ];
 }
 
 /// The MIME type of the input body.

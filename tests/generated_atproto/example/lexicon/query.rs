@@ -9,6 +9,14 @@ use gelstore::lexicon_runtime as support;
 /// The NSID of this lexicon's main definition.
 pub const NSID: &str = "example.lexicon.query";
 
+/// How this method is called (a server's route table reads it).
+pub const METHOD: support::Method = support::Method {
+    nsid: NSID,
+    kind: support::MethodKind::Query,
+    input: None,
+    output: Some("application/json"),
+};
+
 /// a params type
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -40,6 +48,41 @@ impl support::Validate for QueryParams {
     fn validate_at(&self, path: &support::Path<'_>, errors: &mut support::Errors) {
         support::extra(&self.extra, path, errors);
     }
+}
+
+impl support::Params for QueryParams {
+    const FIELDS: &'static [support::ParamField] = &[
+        support::ParamField {
+            name: "boolean",
+            ty: support::ParamType::Boolean,
+            array: false,
+            required: false,
+        },
+        support::ParamField {
+            name: "integer",
+            ty: support::ParamType::Integer,
+            array: false,
+            required: false,
+        },
+        support::ParamField {
+            name: "stringField",
+            ty: support::ParamType::String,
+            array: false,
+            required: true,
+        },
+        support::ParamField {
+            name: "handle",
+            ty: support::ParamType::String,
+            array: false,
+            required: false,
+        },
+        support::ParamField {
+            name: "array",
+            ty: support::ParamType::Integer,
+            array: true,
+            required: false,
+        },
+    ];
 }
 
 /// The MIME type of the output body.

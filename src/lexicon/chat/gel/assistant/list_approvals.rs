@@ -7,6 +7,14 @@ use crate::lexicon_runtime as support;
 /// The NSID of this lexicon's main definition.
 pub const NSID: &str = "chat.gel.assistant.listApprovals";
 
+/// How this method is called (a server's route table reads it).
+pub const METHOD: support::Method = support::Method {
+    nsid: NSID,
+    kind: support::MethodKind::Query,
+    input: None,
+    output: Some("application/json"),
+};
+
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListApprovalsParams {
@@ -49,6 +57,29 @@ impl support::Validate for ListApprovalsParams {
         }
         support::extra(&self.extra, path, errors);
     }
+}
+
+impl support::Params for ListApprovalsParams {
+    const FIELDS: &'static [support::ParamField] = &[
+        support::ParamField {
+            name: "chat",
+            ty: support::ParamType::String,
+            array: false,
+            required: false,
+        },
+        support::ParamField {
+            name: "limit",
+            ty: support::ParamType::Integer,
+            array: false,
+            required: false,
+        },
+        support::ParamField {
+            name: "cursor",
+            ty: support::ParamType::String,
+            array: false,
+            required: false,
+        },
+    ];
 }
 
 /// The MIME type of the output body.

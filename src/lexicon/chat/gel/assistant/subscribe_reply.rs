@@ -7,6 +7,14 @@ use crate::lexicon_runtime as support;
 /// The NSID of this lexicon's main definition.
 pub const NSID: &str = "chat.gel.assistant.subscribeReply";
 
+/// How this method is called (a server's route table reads it).
+pub const METHOD: support::Method = support::Method {
+    nsid: NSID,
+    kind: support::MethodKind::Subscription,
+    input: None,
+    output: None,
+};
+
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SubscribeReplyParams {
@@ -31,6 +39,23 @@ impl support::Validate for SubscribeReplyParams {
         }
         support::extra(&self.extra, path, errors);
     }
+}
+
+impl support::Params for SubscribeReplyParams {
+    const FIELDS: &'static [support::ParamField] = &[
+        support::ParamField {
+            name: "reply",
+            ty: support::ParamType::String,
+            array: false,
+            required: true,
+        },
+        support::ParamField {
+            name: "cursor",
+            ty: support::ParamType::Integer,
+            array: false,
+            required: false,
+        },
+    ];
 }
 
 /// A message of the stream.

@@ -7,6 +7,14 @@ use gelstore::lexicon_runtime as support;
 /// The NSID of this lexicon's main definition.
 pub const NSID: &str = "com.atproto.identity.resolveHandle";
 
+/// How this method is called (a server's route table reads it).
+pub const METHOD: support::Method = support::Method {
+    nsid: NSID,
+    kind: support::MethodKind::Query,
+    input: None,
+    output: Some("application/json"),
+};
+
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ResolveHandleParams {
@@ -23,6 +31,15 @@ impl support::Validate for ResolveHandleParams {
     fn validate_at(&self, path: &support::Path<'_>, errors: &mut support::Errors) {
         support::extra(&self.extra, path, errors);
     }
+}
+
+impl support::Params for ResolveHandleParams {
+    const FIELDS: &'static [support::ParamField] = &[support::ParamField {
+        name: "handle",
+        ty: support::ParamType::String,
+        array: false,
+        required: false,
+    }];
 }
 
 /// The MIME type of the output body.

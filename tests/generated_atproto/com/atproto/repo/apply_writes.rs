@@ -7,6 +7,14 @@ use gelstore::lexicon_runtime as support;
 /// The NSID of this lexicon's main definition.
 pub const NSID: &str = "com.atproto.repo.applyWrites";
 
+/// How this method is called (a server's route table reads it).
+pub const METHOD: support::Method = support::Method {
+    nsid: NSID,
+    kind: support::MethodKind::Procedure,
+    input: Some("application/json"),
+    output: None,
+};
+
 /// The MIME type of the input body.
 pub const INPUT_ENCODING: &str = "application/json";
 

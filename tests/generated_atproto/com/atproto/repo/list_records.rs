@@ -7,6 +7,14 @@ use gelstore::lexicon_runtime as support;
 /// The NSID of this lexicon's main definition.
 pub const NSID: &str = "com.atproto.repo.listRecords";
 
+/// How this method is called (a server's route table reads it).
+pub const METHOD: support::Method = support::Method {
+    nsid: NSID,
+    kind: support::MethodKind::Query,
+    input: None,
+    output: Some("application/json"),
+};
+
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ListRecordsParams {
@@ -51,6 +59,47 @@ impl support::Validate for ListRecordsParams {
         }
         support::extra(&self.extra, path, errors);
     }
+}
+
+impl support::Params for ListRecordsParams {
+    const FIELDS: &'static [support::ParamField] = &[
+        support::ParamField {
+            name: "repo",
+            ty: support::ParamType::String,
+            array: false,
+            required: true,
+        },
+        support::ParamField {
+            name: "collection",
+            ty: support::ParamType::String,
+            array: false,
+            required: true,
+        },
+        support::ParamField {
+            name: "limit",
+            ty: support::ParamType::Integer,
+            array: false,
+            required: false,
+        },
+        support::ParamField {
+            name: "before",
+            ty: support::ParamType::String,
+            array: false,
+            required: false,
+        },
+        support::ParamField {
+            name: "after",
+            ty: support::ParamType::String,
+            array: false,
+            required: false,
+        },
+        support::ParamField {
+            name: "reverse",
+            ty: support::ParamType::Boolean,
+            array: false,
+            required: false,
+        },
+    ];
 }
 
 /// The MIME type of the output body.

@@ -7,6 +7,14 @@ use gelstore::lexicon_runtime as support;
 /// The NSID of this lexicon's main definition.
 pub const NSID: &str = "com.atproto.server.describeServer";
 
+/// How this method is called (a server's route table reads it).
+pub const METHOD: support::Method = support::Method {
+    nsid: NSID,
+    kind: support::MethodKind::Query,
+    input: None,
+    output: Some("application/json"),
+};
+
 /// The MIME type of the output body.
 pub const OUTPUT_ENCODING: &str = "application/json";
 

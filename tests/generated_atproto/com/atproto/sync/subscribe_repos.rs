@@ -7,6 +7,14 @@ use gelstore::lexicon_runtime as support;
 /// The NSID of this lexicon's main definition.
 pub const NSID: &str = "com.atproto.sync.subscribeRepos";
 
+/// How this method is called (a server's route table reads it).
+pub const METHOD: support::Method = support::Method {
+    nsid: NSID,
+    kind: support::MethodKind::Subscription,
+    input: None,
+    output: None,
+};
+
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SubscribeReposParams {
@@ -23,6 +31,15 @@ impl support::Validate for SubscribeReposParams {
     fn validate_at(&self, path: &support::Path<'_>, errors: &mut support::Errors) {
         support::extra(&self.extra, path, errors);
     }
+}
+
+impl support::Params for SubscribeReposParams {
+    const FIELDS: &'static [support::ParamField] = &[support::ParamField {
+        name: "cursor",
+        ty: support::ParamType::Integer,
+        array: false,
+        required: false,
+    }];
 }
 
 /// A message of the stream.
