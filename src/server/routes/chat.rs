@@ -42,10 +42,16 @@ use super::server::require_access;
 use crate::chat::keys::ReplyKey;
 use crate::chat::store::ContentState;
 use crate::chat::{ChatStore, ChatStoreError};
-use crate::lexicon::chat::gel::assistant::answer_approval::AnswerApprovalInput;
+use crate::lexicon::chat::gel::assistant::answer_approval::{
+    AnswerApprovalError, AnswerApprovalInput, AnswerApprovalOutput,
+};
 use crate::lexicon::chat::gel::assistant::defs::ToolApprovalPart;
-use crate::lexicon::chat::gel::assistant::get_thread::GetThreadParams;
-use crate::lexicon::chat::gel::assistant::list_approvals::ListApprovalsParams;
+use crate::lexicon::chat::gel::assistant::get_thread::{GetThreadError, GetThreadParams};
+use crate::lexicon::chat::gel::assistant::list_approvals::{
+    ListApprovalsOutput, ListApprovalsParams, WaitingCall, WaitingReply,
+};
+use crate::lexicon_runtime::{AtUri, CidString, Datetime, RecordKey, SyntaxError};
+use crate::server::chat_index::MessageMeta;
 use crate::server::error::XrpcError;
 use crate::server::state::AppState;
 use crate::server::xrpc::Request;
@@ -61,7 +67,7 @@ pub async fn get_thread(state: &Arc<AppState>, req: Request) -> Result<Response,
         .with_core(move |core| {
             let Some(record) = core.repo().get(CHAT, &chat)? else {
                 return Err(XrpcError::named(
-                    "ChatNotFound",
+                    GetThreadError::ChatNotFound.as_str(),
                     format!("no chat has the record key {chat}"),
                 ));
             };
@@ -140,58 +146,57 @@ pub async fn list_approvals(state: &Arc<AppState>, req: Request) -> Result<Respo
                 .waiting(cursor.as_deref())
                 .filter(|(_, m)| m.sealed)
                 .filter(|(_, m)| chat_uri.as_deref().is_none_or(|c| m.chat == c));
-            let mut page: Vec<Value> = waiting
-                .by_ref()
-                .take(limit)
-                .map(|(rkey, m)| {
-                    json!({
-                        "uri": format!("at://{did}/{MESSAGE}/{rkey}"),
-                        "cid": m.cid,
-                        "chat": m.chat,
-                        // Sealed in the reply's content: see the module doc.
-                        "calls": [],
-                        "createdAt": m.created_at,
-                    })
-                })
-                .collect();
-            let next = waiting.next().is_some().then(|| page_last_key(&page));
+            let mut page: Vec<(String, WaitingReply)> = Vec::with_capacity(limit);
+            for (rkey, m) in waiting.by_ref().take(limit) {
+                page.push((rkey.clone(), waiting_reply(&did, rkey, m)?));
+            }
+            // The page's last key, even if opening drops that reply below.
+            let next_cursor = (waiting.next().is_some())
+                .then(|| page.last().map(|(k, _)| k.clone()))
+                .flatten();
             drop(waiting);
             if let Some(chats) = core.chats()? {
                 // Only this page's replies are opened; one that does not
                 // open is dropped from the page.
                 let mut opened = Vec::with_capacity(page.len());
-                for mut item in page {
-                    let key = item["uri"].as_str().and_then(|u| u.rsplit('/').next());
-                    let calls = match key {
-                        Some(k) => chats.waiting_calls(k).map_err(XrpcError::internal)?,
-                        None => None,
-                    };
-                    if let Some(calls) = calls {
-                        item["calls"] = calls
+                for (rkey, mut reply) in page {
+                    if let Some(calls) = chats.waiting_calls(&rkey).map_err(XrpcError::internal)? {
+                        reply.calls = calls
                             .into_iter()
-                            .map(|c| json!({"callId": c.call_id, "tool": c.name}))
+                            .map(|c| WaitingCall {
+                                call_id: c.call_id,
+                                tool: c.name,
+                                extra: Default::default(),
+                            })
                             .collect();
-                        opened.push(item);
+                        opened.push((rkey, reply));
                     }
                 }
                 page = opened;
             }
-            let mut out = json!({"replies": page});
-            if let Some(c) = next {
-                out["cursor"] = c.into();
-            }
-            Ok(out)
+            Ok(ListApprovalsOutput {
+                replies: page.into_iter().map(|(_, r)| r).collect(),
+                cursor: next_cursor,
+                extra: Default::default(),
+            })
         })
         .await?;
     Ok(Json(out).into_response())
 }
 
-fn page_last_key(page: &[Value]) -> String {
-    page.last()
-        .and_then(|v| v["uri"].as_str())
-        .and_then(|u| u.rsplit('/').next())
-        .unwrap_or("")
-        .to_owned()
+/// A waiting reply as listed, its calls still empty (they are sealed).
+fn waiting_reply(did: &str, rkey: &str, m: &MessageMeta) -> Result<WaitingReply, XrpcError> {
+    let stored = |field: &str, e: SyntaxError| {
+        XrpcError::internal(format!("the stored {field} of {rkey} is not valid: {e}"))
+    };
+    Ok(WaitingReply {
+        uri: AtUri::new(format!("at://{did}/{MESSAGE}/{rkey}")).map_err(|e| stored("uri", e))?,
+        cid: CidString::new(m.cid.clone()).map_err(|e| stored("cid", e))?,
+        chat: AtUri::new(m.chat.clone()).map_err(|e| stored("chat", e))?,
+        calls: Vec::new(),
+        created_at: Datetime::new(m.created_at.clone()).map_err(|e| stored("createdAt", e))?,
+        extra: Default::default(),
+    })
 }
 
 /// Writes the answer and the pending reply to it (`--assistant`).
@@ -200,7 +205,7 @@ fn write_answer(
     did: &str,
     reply: &str,
     decisions: &[ToolApprovalPart],
-) -> Result<Value, XrpcError> {
+) -> Result<AnswerApprovalOutput, XrpcError> {
     // One commit: the answer and the pending reply to it, or neither.
     let (answer, pending) = chats
         .approve_and_ask(reply, decisions)
@@ -213,11 +218,13 @@ fn write_answer(
         .repo()
         .get_cid(MESSAGE, &answer.to_string())?
         .ok_or_else(|| XrpcError::internal("the answer is missing after its commit"))?;
-    Ok(json!({
-        "uri": format!("at://{did}/{MESSAGE}/{answer}"),
-        "cid": cid.to_string(),
-        "reply": pending.key.to_string(),
-    }))
+    let made = |e: SyntaxError| XrpcError::internal(format!("the answer's own reference: {e}"));
+    Ok(AnswerApprovalOutput {
+        uri: AtUri::new(format!("at://{did}/{MESSAGE}/{answer}")).map_err(made)?,
+        cid: CidString::new(cid.to_string()).map_err(made)?,
+        reply: RecordKey::new(pending.key.to_string()).map_err(made)?,
+        extra: Default::default(),
+    })
 }
 
 pub async fn answer_approval(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
@@ -233,31 +240,31 @@ pub async fn answer_approval(state: &Arc<AppState>, req: Request) -> Result<Resp
             let (index, _) = core.chat_index()?;
             let (Some(m), Ok(key)) = (index.get(&reply), ReplyKey::parse(&reply)) else {
                 return Err(XrpcError::named(
-                    "PendingUnknown",
+                    AnswerApprovalError::PendingUnknown.as_str(),
                     format!("no reply has the record key {reply}"),
                 ));
             };
             if m.role == "user" {
                 return Err(XrpcError::named(
-                    "PendingUnknown",
+                    AnswerApprovalError::PendingUnknown.as_str(),
                     format!("{reply} is not a reply"),
                 ));
             }
             if index.is_superseded(&key) {
                 return Err(XrpcError::named(
-                    "PendingSuperseded",
+                    AnswerApprovalError::PendingSuperseded.as_str(),
                     format!("a newer attempt replaced the reply {reply}"),
                 ));
             }
             if index.is_answered(&reply) {
                 return Err(XrpcError::named(
-                    "PendingResolved",
+                    AnswerApprovalError::PendingResolved.as_str(),
                     format!("the reply {reply} was already answered"),
                 ));
             }
             if m.status != "waiting" {
                 return Err(XrpcError::named(
-                    "PendingUnknown",
+                    AnswerApprovalError::PendingUnknown.as_str(),
                     format!("the reply {reply} is not waiting for approval"),
                 ));
             }
