@@ -33,49 +33,18 @@ pub struct Request {
 }
 
 impl Request {
-    /// The first value of parameter `name`.
-    pub fn param(&self, name: &str) -> Option<&str> {
+    /// The first value of parameter `name`, unchecked.
+    pub fn first(&self, name: &str) -> Option<&str> {
         self.params
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     }
 
-    /// A parameter that must be there.
-    pub fn required(&self, name: &str) -> Result<&str, XrpcError> {
-        self.param(name).ok_or_else(|| {
-            XrpcError::invalid_request(format!("Params must have the property \"{name}\""))
-        })
-    }
-
     /// The parameters as the method's generated `…Params` type: typed and
     /// checked as its lexicon says.
     pub fn params<T: Params>(&self) -> Result<T, XrpcError> {
         params_from_query(&self.params).map_err(XrpcError::invalid_request)
-    }
-
-    /// An integer parameter in `min..=max`, or `default`.
-    pub fn int(&self, name: &str, min: i64, max: i64, default: i64) -> Result<i64, XrpcError> {
-        match self.param(name) {
-            None => Ok(default),
-            Some(v) => match v.parse::<i64>() {
-                Ok(n) if (min..=max).contains(&n) => Ok(n),
-                _ => Err(XrpcError::invalid_request(format!(
-                    "{name} must be an integer from {min} to {max}"
-                ))),
-            },
-        }
-    }
-
-    /// A boolean parameter (`true`/`false`), or `false`.
-    pub fn flag(&self, name: &str) -> Result<bool, XrpcError> {
-        match self.param(name) {
-            None | Some("false") => Ok(false),
-            Some("true") => Ok(true),
-            Some(_) => Err(XrpcError::invalid_request(format!(
-                "{name} must be a boolean"
-            ))),
-        }
     }
 
     /// The body as atproto JSON: `application/json`, or DAG-CBOR

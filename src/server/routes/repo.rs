@@ -15,6 +15,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
 use super::server::require_access;
+use crate::atproto::com::atproto::repo as repo_;
 use crate::model::parse_cid;
 use crate::repo::blobs::blob_refs_in;
 use crate::repo::records::{known_lexicons, prepare_record};
@@ -502,23 +503,20 @@ pub async fn apply_writes(state: &Arc<AppState>, req: Request) -> Result<Respons
 }
 
 pub async fn get_record(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
-    state.own_repo(req.required("repo")?)?;
-    let collection = req.required("collection")?.to_owned();
-    let rkey = req.required("rkey")?.to_owned();
-    let want = cid_param("cid", req.param("cid"))?;
+    let params: repo_::get_record::GetRecordParams = req.params()?;
+    state.own_repo(params.repo.as_str())?;
+    let (collection, rkey) = (params.collection.into_string(), params.rkey.into_string());
+    let want = cid_param("cid", params.cid.as_ref().map(|c| c.as_str()))?;
+    let key = (collection.clone(), rkey.clone());
     let entry = state
-        .with_core(move |core| Ok(core.repo().get(&collection, &rkey)?))
+        .with_core(move |core| Ok(core.repo().get(&key.0, &key.1)?))
         .await?;
     let not_found = || {
         XrpcError::named(
-            "RecordNotFound",
+            repo_::get_record::GetRecordError::RecordNotFound.as_str(),
             format!(
                 "Could not locate record: {}",
-                uri(
-                    state,
-                    req.param("collection").unwrap_or(""),
-                    req.param("rkey").unwrap_or("")
-                )
+                uri(state, &collection, &rkey)
             ),
         )
     };
@@ -529,7 +527,7 @@ pub async fn get_record(state: &Arc<AppState>, req: Request) -> Result<Response,
         return Err(not_found());
     }
     Ok(Json(json!({
-        "uri": uri(state, req.param("collection").unwrap_or(""), req.param("rkey").unwrap_or("")),
+        "uri": uri(state, &collection, &rkey),
         "cid": entry.cid.to_string(),
         "value": entry.value,
     }))
@@ -537,16 +535,14 @@ pub async fn get_record(state: &Arc<AppState>, req: Request) -> Result<Response,
 }
 
 pub async fn list_records(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
-    state.own_repo(req.required("repo")?)?;
-    let collection = req.required("collection")?.to_owned();
-    let limit = req.int("limit", 1, 100, 50)? as usize;
-    let reverse = req.flag("reverse")?;
+    let params: repo_::list_records::ListRecordsParams = req.params()?;
+    state.own_repo(params.repo.as_str())?;
+    let limit = params.limit_or_default() as usize;
+    let reverse = params.reverse.unwrap_or(false);
+    let collection = params.collection.into_string();
     // An empty `cursor=` is no cursor, as the reference PDS reads it
     // (clients that build the query by hand send it on the first page).
-    let cursor = req
-        .param("cursor")
-        .filter(|c| !c.is_empty())
-        .map(str::to_owned);
+    let cursor = params.cursor.filter(|c| !c.is_empty());
     let did = state.did.clone();
     let (records, next) = state
         .with_core(move |core| {
@@ -555,8 +551,6 @@ pub async fn list_records(state: &Arc<AppState>, req: Request) -> Result<Respons
             // Newest first by default (record keys are mostly TIDs);
             // `reverse` lists oldest first, as the reference PDS does.
             if reverse {
-                gelstore_codegen::syntax::check_nsid(&collection)
-                    .map_err(|e| XrpcError::invalid_request(format!("collection: {}", e.reason)))?;
                 let start = match &cursor {
                     Some(c) => format!("{prefix}{c}"),
                     None => prefix.clone(),
@@ -614,7 +608,8 @@ pub async fn list_records(state: &Arc<AppState>, req: Request) -> Result<Respons
 }
 
 pub async fn describe_repo(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
-    state.own_repo(req.required("repo")?)?;
+    let params: repo_::describe_repo::DescribeRepoParams = req.params()?;
+    state.own_repo(params.repo.as_str())?;
     let collections = state
         .with_core(|core| {
             let mut out: Vec<String> = Vec::new();

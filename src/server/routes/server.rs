@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::atproto::com::atproto::identity::resolve_handle::ResolveHandleParams;
 use crate::server::account::{Checked, check_password, hash_password, random_token};
 use crate::server::auth::{ACCESS_SCOPE, REFRESH_SCOPE, REFRESH_SECS, bearer, now};
 use crate::server::error::{RateLimit, XrpcError};
@@ -210,7 +211,8 @@ pub fn require_access_token(state: &AppState, token: &str) -> Result<(), XrpcErr
 }
 
 pub async fn resolve_handle(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
-    let handle = req.required("handle")?;
+    let params: ResolveHandleParams = req.params()?;
+    let handle = params.handle.as_str();
     if !handle.eq_ignore_ascii_case(&state.handle) {
         return Err(XrpcError::named(
             "HandleNotFound",

@@ -10,6 +10,7 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::atproto::com::atproto::sync;
 use crate::model::parse_cid;
 use crate::repo::blocks::BlockSource;
 use crate::repo::car::CarWriter;
@@ -23,8 +24,10 @@ use crate::server::xrpc::Request;
 
 const CAR: &str = "application/vnd.ipld.car";
 
+/// Checked before the parameters' formats: any `did` but this account's,
+/// well-formed or not, is `RepoNotFound`.
 fn own_did(state: &AppState, req: &Request) -> Result<(), XrpcError> {
-    let did = req.required("did")?;
+    let did = req.first("did").unwrap_or("");
     if did != state.did {
         return Err(XrpcError::named(
             "RepoNotFound",
@@ -43,10 +46,12 @@ fn car(bytes: Vec<u8>) -> Response {
 
 pub async fn get_repo(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     own_did(state, &req)?;
-    let since = req
-        .param("since")
+    let params: sync::get_repo::GetRepoParams = req.params()?;
+    let since = params
+        .since
+        .as_ref()
         .map(|s| {
-            Tid::parse(s)
+            Tid::parse(s.as_str())
                 .map_err(|e| XrpcError::invalid_request(format!("since is not a TID: {e}")))
         })
         .transpose()?;
@@ -65,24 +70,18 @@ const MAX_BLOCKS: usize = 10_000;
 /// push's commit this way).
 pub async fn get_blocks(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     own_did(state, &req)?;
-    let mut cids = Vec::new();
-    for (name, value) in &req.params {
-        if name == "cids" {
-            cids.push(
-                parse_cid(value).map_err(|e| XrpcError::invalid_request(format!("cids: {e}")))?,
-            );
-        }
-    }
-    if cids.is_empty() {
-        return Err(XrpcError::invalid_request(
-            "Params must have the property \"cids\"",
-        ));
-    }
-    if cids.len() > MAX_BLOCKS {
+    let params: sync::get_blocks::GetBlocksParams = req.params()?;
+    if params.cids.len() > MAX_BLOCKS {
         return Err(XrpcError::invalid_request(format!(
             "at most {MAX_BLOCKS} cids per call"
         )));
     }
+    let cids = params
+        .cids
+        .iter()
+        .map(|c| parse_cid(c.as_str()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| XrpcError::invalid_request(format!("cids: {e}")))?;
     let bytes = state
         .with_core(move |core| {
             let store = core.repo().mst().store();
@@ -112,7 +111,8 @@ pub async fn get_blocks(state: &Arc<AppState>, req: Request) -> Result<Response,
 
 pub async fn get_record(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     own_did(state, &req)?;
-    let key = repo_key(req.required("collection")?, req.required("rkey")?)
+    let params: sync::get_record::GetRecordParams = req.params()?;
+    let key = repo_key(params.collection.as_str(), params.rkey.as_str())
         .map_err(|e| XrpcError::invalid_request(e.to_string()))?;
     // A key that is absent gets its proof of absence (a valid CAR a client
     // can verify), not an error.
@@ -128,12 +128,15 @@ pub async fn get_record(state: &Arc<AppState>, req: Request) -> Result<Response,
 
 pub async fn get_latest_commit(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     own_did(state, &req)?;
+    // Only checked: the DID is all they hold.
+    let _: sync::get_latest_commit::GetLatestCommitParams = req.params()?;
     let head = state.with_core(|core| Ok(core.repo().head())).await?;
     Ok(Json(json!({"cid": head.commit.to_string(), "rev": head.rev.to_string()})).into_response())
 }
 
 pub async fn get_repo_status(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     own_did(state, &req)?;
+    let _: sync::get_repo_status::GetRepoStatusParams = req.params()?;
     let head = state.with_core(|core| Ok(core.repo().head())).await?;
     Ok(
         Json(json!({"did": state.did, "active": true, "rev": head.rev.to_string()}))
@@ -142,9 +145,9 @@ pub async fn get_repo_status(state: &Arc<AppState>, req: Request) -> Result<Resp
 }
 
 pub async fn list_repos(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
-    req.int("limit", 1, 1000, 500)?;
+    let params: sync::list_repos::ListReposParams = req.params()?;
     // One account: a cursor means the client has seen it already.
-    if req.param("cursor").is_some() {
+    if params.cursor.is_some() {
         return Ok(Json(json!({"repos": []})).into_response());
     }
     let head = state.with_core(|core| Ok(core.repo().head())).await?;
@@ -161,7 +164,8 @@ pub async fn list_repos(state: &Arc<AppState>, req: Request) -> Result<Response,
 
 pub async fn get_blob(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     own_did(state, &req)?;
-    let cid = parse_cid(req.required("cid")?)
+    let params: sync::get_blob::GetBlobParams = req.params()?;
+    let cid = parse_cid(params.cid.as_str())
         .map_err(|e| XrpcError::invalid_request(format!("cid: {e}")))?;
     // Only blobs a record references are served: an upload no record took
     // yet is temporary, and the reference PDS answers `InvalidRequest`
