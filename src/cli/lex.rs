@@ -33,6 +33,9 @@ pub enum LexCommand {
     /// Publish a folder's lexicons as schema records on the account's PDS
     /// (only those that changed; a breaking change needs --force).
     Publish(super::lex_net::PublishArgs),
+    /// Delete schema records from the account's PDS, in one commit (a
+    /// schema another published one references needs --force).
+    Unpublish(super::lex_net::UnpublishArgs),
     /// The `_lexicon` TXT records a folder's authorities need, and (with
     /// --did) whether DNS has them.
     CheckDns(super::lex_net::CheckDnsArgs),
@@ -119,6 +122,7 @@ pub fn run(cmd: LexCommand) -> Outcome {
         LexCommand::Resolve(args) => return super::lex_net::resolve(args),
         LexCommand::Pull(args) => return super::lex_net::pull(args),
         LexCommand::Publish(args) => return super::lex_net::publish(args),
+        LexCommand::Unpublish(args) => return super::lex_net::unpublish(args),
         LexCommand::CheckDns(args) => return super::lex_net::check_dns(args),
         LexCommand::Status(args) => return super::lex_net::status(args),
         LexCommand::New(args) => return super::lex_net::new(args),

@@ -94,6 +94,24 @@ pub struct PublishArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct UnpublishArgs {
+    /// NSIDs to unpublish, or lexicon files and folders whose NSIDs.
+    #[arg(required = true, value_name = "NSID|DIR")]
+    pub targets: Vec<String>,
+    /// Unpublish even when a schema that stays published references one
+    /// of them.
+    #[arg(long)]
+    pub force: bool,
+    /// Only show the plan: what would be deleted.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// The account (its output format is this command's: human lines, or
+    /// json `{did, deleted, absent, dry_run, commit}`).
+    #[command(flatten)]
+    pub login: LoginArgs,
+}
+
+#[derive(Args, Debug)]
 pub struct CheckDnsArgs {
     /// The lexicons whose authorities to check (files or folders).
     #[arg(default_value = "lexicons")]
@@ -200,6 +218,60 @@ pub fn publish(args: PublishArgs) -> Outcome {
                     for nsid in list {
                         say(format!("{what}\t{nsid}"));
                     }
+                }
+            }
+            Format::Json => say(serde_json::to_value(&report).unwrap_or_default()),
+        }
+        Ok(())
+    })())
+}
+
+/// `lex unpublish`: plan, refuse a still-referenced schema, then delete in
+/// one commit pinned to the planned head.
+pub fn unpublish(args: UnpublishArgs) -> Outcome {
+    let Some(login) = login_options(&args.login) else {
+        return Outcome::Failed;
+    };
+    finish((|| {
+        let nsids = lexnet::unpublish::targets(&args.targets).map_err(failure)?;
+        let session =
+            crate::sync::Session::login(&login.service, &login.identifier, &login.password)
+                .map_err(|e| failure(e.into()))?;
+        let (plan, report) = if args.dry_run {
+            let plan = lexnet::unpublish::plan(&session, &nsids, args.force).map_err(failure)?;
+            let report = lexnet::UnpublishReport {
+                did: plan.did.clone(),
+                deleted: plan.delete.keys().cloned().collect(),
+                absent: plan.absent.clone(),
+                dry_run: true,
+                commit: None,
+            };
+            (plan, report)
+        } else {
+            lexnet::unpublish(&session, &nsids, args.force).map_err(failure)?
+        };
+        for (nsid, by) in &plan.dangling {
+            eprintln!("warning: {by} references {nsid}, which is no longer published (--force)");
+        }
+        match args.login.format {
+            Format::Human => {
+                let what = if args.dry_run {
+                    "would delete"
+                } else {
+                    "deleted"
+                };
+                for nsid in plan.delete.keys() {
+                    say(format!("{what}\t{nsid}"));
+                }
+                for nsid in &report.absent {
+                    say(format!("absent\t{nsid}"));
+                }
+                if plan.delete.is_empty() {
+                    say(format!(
+                        "nothing to unpublish: {} publishes none of the {} asked",
+                        plan.did,
+                        nsids.len()
+                    ));
                 }
             }
             Format::Json => say(serde_json::to_value(&report).unwrap_or_default()),

@@ -153,6 +153,27 @@ fn print_github(out: &mut impl Write, r: &InputReport) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A file name as a SARIF `artifactLocation.uri`: an RFC 3986 URI
+/// reference, every byte but the unreserved ones and `/` percent-encoded
+/// (spaces, `%`, `:`, `#`, non-ASCII as UTF-8); an absolute path becomes a
+/// `file://` URI, a relative one stays relative (code scanning takes it
+/// from the repository's root).
+fn artifact_uri(file: &str) -> String {
+    let mut out = String::with_capacity(file.len() + 8);
+    if file.starts_with('/') {
+        out.push_str("file://");
+    }
+    for &b in file.as_bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
 fn print_sarif(out: &mut impl Write, reports: &[InputReport]) -> std::io::Result<()> {
     let mut rules: Vec<&str> = Vec::new();
     let mut results = Vec::new();
@@ -168,7 +189,7 @@ fn print_sarif(out: &mut impl Write, reports: &[InputReport]) -> std::io::Result
                 "message": {"text": format!("{path}: {}", f.message)},
                 "locations": [{
                     "physicalLocation": {
-                        "artifactLocation": {"uri": f.file},
+                        "artifactLocation": {"uri": artifact_uri(&f.file)},
                         "region": {"startLine": line, "startColumn": column},
                     },
                     "logicalLocations": [{"fullyQualifiedName": path, "kind": "member"}],

@@ -62,6 +62,23 @@ pub enum LexNetError {
         locked: String,
         found: String,
     },
+    /// An unpublish would leave a schema that stays published referencing
+    /// one that is gone.
+    #[error(
+        "{by} references {nsid} and stays published: unpublishing {nsid} alone would leave {by} unresolvable; unpublish {by} too, or --force"
+    )]
+    StillReferenced { nsid: String, by: String },
+    /// More deletes than one `applyWrites` takes.
+    #[error(
+        "{count} schema records to delete, more than one commit takes ({max}); unpublish fewer at a time"
+    )]
+    TooManyDeletes { count: usize, max: usize },
+    /// The repository's head moved between the plan and the write, which
+    /// was refused whole (`swapCommit`).
+    #[error(
+        "the repository changed after the plan was made on commit {head}: nothing was deleted; run unpublish again"
+    )]
+    Moved { head: String },
     /// Logging in or writing to the account's PDS failed.
     #[error(transparent)]
     Publish(#[from] crate::sync::SyncError),

@@ -461,6 +461,50 @@ impl Session {
         }
     }
 
+    /// `com.atproto.repo.listRecords` of one collection of this account's
+    /// repository, every page: `(rkey, value, cid)` in the PDS's order.
+    pub(crate) fn list_records(
+        &self,
+        collection: &str,
+    ) -> Result<Vec<(String, Value, cid::Cid)>, SyncError> {
+        const METHOD: &str = "com.atproto.repo.listRecords";
+        let bad = |e: &str| bad_request(METHOD, format!("{collection}: {e}"));
+        let nsid = Nsid::new(collection.to_owned()).map_err(&bad)?;
+        let mut out = Vec::new();
+        let mut cursor = None;
+        loop {
+            let params = repo::list_records::ParametersData {
+                collection: nsid.clone(),
+                cursor: cursor.take(),
+                limit: Some(atrium_api::types::LimitedNonZeroU8::<100>::MAX),
+                repo: self.repo_id()?,
+                reverse: None,
+            };
+            let page = self
+                .rt
+                .block_on(
+                    self.api
+                        .service
+                        .com
+                        .atproto
+                        .repo
+                        .list_records(params.into()),
+                )
+                .map_err(|e| xrpc_error(&self.service, METHOD, e))?
+                .data;
+            let count = page.records.len();
+            for record in page.records {
+                let rkey = record.uri.rsplit('/').next().unwrap_or_default().to_owned();
+                let value = serde_json::to_value(&record.value).map_err(|e| bad(&e.to_string()))?;
+                out.push((rkey, value, *record.cid.as_ref()));
+            }
+            match page.cursor {
+                Some(next) if count > 0 => cursor = Some(next),
+                _ => return Ok(out),
+            }
+        }
+    }
+
     /// `com.atproto.repo.deleteRecord` of the record whose CID is `swap`.
     pub(crate) fn delete_swapped(
         &self,

@@ -395,10 +395,140 @@ fn put_record(peer: &Peer, rkey: &str, record: &Value) {
     });
 }
 
+fn unpublish_args<'a>(peer: &'a Peer, targets: &[&'a str], more: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["lex", "unpublish"];
+    args.extend(targets);
+    args.extend([
+        "--pds",
+        &peer.service,
+        "--identifier",
+        &peer.handle,
+        "--password",
+        &peer.password,
+    ]);
+    args.extend(more);
+    args
+}
+
+/// `lex resolve NSID --did` against the peer's account (no DNS).
+fn resolve_at(peer: &Peer, nsid: &str) -> Output {
+    run(&[
+        "lex",
+        "resolve",
+        nsid,
+        "--did",
+        &peer.did,
+        "--plc",
+        peer.plc_arg(),
+        "--format",
+        "json",
+    ])
+}
+
+/// Unpublish: one schema record deleted; one another published schema
+/// references refused by name unless forced; nothing to delete is no
+/// error; a folder's worth in one commit; and a plan made on a head that
+/// moved deletes nothing.
+fn unpublish_deletes_in_one_commit_and_keeps_references_whole(peer: Peer) {
+    let lexicons = lexicons();
+    let lexicons = lexicons.to_str().unwrap();
+    let count = json_files(Path::new(lexicons));
+    ok(&publish_args(&peer, lexicons));
+    let device = "chat.gel.assistant.device";
+    let reply = "chat.gel.assistant.subscribeReply";
+    let json = ["--format", "json"];
+
+    // Nobody references device: deleted, and resolving it now names the
+    // record that is missing.
+    let done = json_of(&ok(&unpublish_args(&peer, &[device], &json)));
+    assert_eq!(done["deleted"], json!([device]), "{done}");
+    assert_eq!(done["did"], peer.did.as_str());
+    assert!(done["commit"].as_str().unwrap().starts_with("bafyrei"));
+    let gone = resolve_at(&peer, device);
+    assert_eq!(gone.status.code(), Some(1), "{}", stderr(&gone));
+    assert!(
+        stderr(&gone).contains(&format!("{} (at ", peer.did))
+            && stderr(&gone).contains(&format!(") publishes no schema record for {device}")),
+        "{}",
+        stderr(&gone)
+    );
+    assert!(resolve_at(&peer, NSID).status.success());
+
+    // Again: nothing to delete, said so, exit 0.
+    let again = ok(&unpublish_args(&peer, &[device], &[]));
+    assert!(again.contains(&format!("absent\t{device}")), "{again}");
+    assert!(again.contains("nothing to unpublish"), "{again}");
+
+    // defs references subscribeReply and stays: refused, both named, and
+    // nothing deleted.
+    let err = refused(&unpublish_args(&peer, &[reply], &[]));
+    assert!(
+        err.contains(&format!(
+            "chat.gel.assistant.defs references {reply} and stays published"
+        )) && err.contains("--force"),
+        "{err}"
+    );
+    assert!(resolve_at(&peer, reply).status.success());
+    // A dry run shows the plan and deletes nothing.
+    let mut dry = json.to_vec();
+    dry.extend(["--dry-run", "--force"]);
+    let plan = json_of(&ok(&unpublish_args(&peer, &[reply], &dry)));
+    assert_eq!(plan["deleted"], json!([reply]), "{plan}");
+    assert_eq!(plan["dry_run"], json!(true));
+    assert!(resolve_at(&peer, reply).status.success());
+
+    // A plan made on one head, then another write: the delete is refused
+    // whole (swapCommit) and the record stays.
+    let session =
+        gelstore::sync::Session::login(&peer.service, &peer.handle, &peer.password).unwrap();
+    let thread = "chat.gel.assistant.getThread".to_owned();
+    let planned =
+        gelstore::lexnet::unpublish::plan(&session, std::slice::from_ref(&thread), false).unwrap();
+    assert_eq!(planned.delete.keys().collect::<Vec<_>>(), [&thread]);
+    let mut keywrap = read(&Path::new(lexicons).join("chat/gel/assistant/keyWrap.json"));
+    keywrap["description"] = json!("Described anew while an unpublish was planned.");
+    keywrap["$type"] = json!("com.atproto.lexicon.schema");
+    put_record(&peer, "chat.gel.assistant.keyWrap", &keywrap);
+    let moved = gelstore::lexnet::unpublish::apply(&session, &planned).unwrap_err();
+    assert!(
+        matches!(moved, gelstore::lexnet::LexNetError::Moved { .. }),
+        "{moved:?}"
+    );
+    assert!(moved.to_string().contains("nothing was deleted"), "{moved}");
+    assert!(resolve_at(&peer, &thread).status.success());
+
+    // --force: deleted, with a warning naming the schema left dangling.
+    let mut forced = json.to_vec();
+    forced.push("--force");
+    let out = run(&unpublish_args(&peer, &[reply], &forced));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(json_of(&stdout(&out))["deleted"], json!([reply]));
+    assert!(
+        stderr(&out).contains(&format!("chat.gel.assistant.defs references {reply}")),
+        "{}",
+        stderr(&out)
+    );
+    let gone = resolve_at(&peer, reply);
+    assert!(
+        stderr(&gone).contains(&format!("publishes no schema record for {reply}")),
+        "{}",
+        stderr(&gone)
+    );
+
+    // The folder: everything still published goes in one commit (their
+    // references to each other go with them), the two gone are absent.
+    let all = json_of(&ok(&unpublish_args(&peer, &[lexicons], &json)));
+    assert_eq!(all["deleted"].as_array().unwrap().len(), count - 2, "{all}");
+    assert_eq!(all["absent"], json!([device, reply]));
+    let gone = resolve_at(&peer, NSID);
+    assert_eq!(gone.status.code(), Some(1));
+}
+
 on_both_peers!(
     publish_resolve_and_pull_with_a_lock,
     a_breaking_publish_is_refused_unless_forced,
     missing_and_tampered_schemas_are_named,
+    unpublish_deletes_in_one_commit_and_keeps_references_whole,
 );
 
 /// What the hostile PDS below serves for `getRecord`.

@@ -10,6 +10,7 @@ mod support;
 mod generated;
 
 mod cli_lex;
+mod lex_formats;
 mod lex_network;
 mod lexicon_codegen;
 mod lexicon_generated_atproto;

@@ -81,30 +81,39 @@ pub(crate) fn check_string(s: &str, ty: &StringType, path: &Path<'_>, sink: &mut
     }
 }
 
-/// Counts graphemes only when the byte length leaves the limits in doubt,
-/// and stops as soon as the answer is known.
+/// Counts graphemes only when cheaper bounds leave the limits in doubt,
+/// and stops as soon as the answer is known: a grapheme is at least one
+/// code point and a code point at least one byte, so `graphemes <= chars
+/// <= bytes`; a text within `max` bytes, or else within `max` code points,
+/// cannot be over `max` graphemes.
 fn check_graphemes(s: &str, min: Option<u64>, max: Option<u64>, path: &Path<'_>, sink: &mut Sink) {
+    if min.is_none() && max.is_none() {
+        return;
+    }
     let bytes = s.len() as u64;
-    // A grapheme is at least one byte, so `graphemes <= bytes`.
-    let max = max.filter(|&max| bytes > max);
-    if let Some(max) = max {
+    let mut chars = None;
+    let mut char_count = || *chars.get_or_insert_with(|| s.chars().count() as u64);
+    if let Some(max) = max
+        && bytes > max
+        && char_count() > max
         // Count to one past the limit at most.
-        if count_graphemes(s, max.saturating_add(1)) > max {
-            let n = count_graphemes(s, u64::MAX);
-            sink.report(
-                path,
-                rules::MAX_GRAPHEMES,
-                format!(
-                    "{} is {}, over the maximum of {max}",
-                    path.subject(),
-                    count(n, "grapheme")
-                ),
-            );
-        }
+        && count_graphemes(s, max.saturating_add(1)) > max
+    {
+        let n = count_graphemes(s, u64::MAX);
+        sink.report(
+            path,
+            rules::MAX_GRAPHEMES,
+            format!(
+                "{} is {}, over the maximum of {max}",
+                path.subject(),
+                count(n, "grapheme")
+            ),
+        );
     }
     if let Some(min) = min {
-        // Only reaching the minimum matters, so stop there.
-        let n = if bytes < min {
+        // Only reaching the minimum matters, so stop there; under `min`
+        // code points the count itself is wanted, for the message.
+        let n = if bytes < min || char_count() < min {
             count_graphemes(s, u64::MAX)
         } else {
             count_graphemes(s, min)
@@ -123,8 +132,15 @@ fn check_graphemes(s: &str, min: Option<u64>, max: Option<u64>, path: &Path<'_>,
     }
 }
 
-/// Extended grapheme clusters in `s`, counting no further than `limit`.
+/// Extended grapheme clusters in `s`, counting no further than `limit`
+/// (at least one: a non-empty text counts 1 whatever the limit).
 pub fn count_graphemes(s: &str, limit: u64) -> u64 {
+    if s.is_ascii() {
+        // In ASCII every character is a cluster of its own, but CR LF,
+        // which is one.
+        let crlf = s.as_bytes().windows(2).filter(|w| w == b"\r\n").count();
+        return ((s.len() - crlf) as u64).min(limit.max(1));
+    }
     let mut n = 0;
     for _ in s.graphemes(true) {
         n += 1;
@@ -233,6 +249,22 @@ mod tests {
         assert_eq!(count_graphemes("e\u{301}", u64::MAX), 1);
         assert_eq!(count_graphemes("abcdef", 3), 3);
         assert_eq!(count_graphemes("", 3), 0);
+    }
+
+    #[test]
+    fn the_ascii_count_is_the_segmenters() {
+        for text in ["", "a", "\r\n", "\r\r\n\n", "a\rb\nc\r\nd", "tab\there"] {
+            for limit in [0, 1, 2, 3, u64::MAX] {
+                let mut n = 0;
+                for _ in text.graphemes(true) {
+                    n += 1;
+                    if n >= limit {
+                        break;
+                    }
+                }
+                assert_eq!(count_graphemes(text, limit), n, "{text:?} to {limit}");
+            }
+        }
     }
 
     #[test]
