@@ -4,7 +4,7 @@ use ipld_core::ipld::Ipld;
 
 use super::MAX_CBOR_SIZE;
 use super::error::{DataModelError, Result};
-use super::scan::scan;
+use super::scan;
 use super::validate::check_data_model;
 
 /// Encodes a data model value as canonical DAG-CBOR: map keys sorted by length
@@ -33,10 +33,13 @@ pub fn encode_dag_cbor(value: &Ipld) -> Result<Vec<u8>> {
 /// [`MAX_DEPTH`](super::MAX_DEPTH) deep. Never panics; time is linear in the
 /// input size.
 ///
-/// Steps: size check; a non-recursive structural scan that names the first
-/// problem found (see [`DataModelError`]); decoding with `serde_ipld_dagcbor`;
-/// the data model rules; and finally re-encoding, which must give back the
-/// input bytes exactly.
+/// Steps: size check; one non-recursive pass that checks the encoding is
+/// strict DAG-CBOR, naming the first problem found (see [`DataModelError`]),
+/// and builds the value as it goes; then the data model rules. Strict
+/// DAG-CBOR (shortest heads, definite lengths, sorted unique keys, canonical
+/// CIDs, no floats) has one encoding per value, so the checks made while
+/// reading stand for re-encoding the value and comparing: the value is the
+/// one [`encode_dag_cbor`] turns back into `bytes`.
 pub fn decode_dag_cbor(bytes: &[u8]) -> Result<Ipld> {
     if bytes.len() > MAX_CBOR_SIZE {
         return Err(DataModelError::TooLarge {
@@ -44,13 +47,8 @@ pub fn decode_dag_cbor(bytes: &[u8]) -> Result<Ipld> {
             max: MAX_CBOR_SIZE,
         });
     }
-    scan(bytes)?;
-    let value: Ipld = serde_ipld_dagcbor::from_slice(bytes)
-        .map_err(|e| DataModelError::Codec(format!("decoding failed: {e}")))?;
-    let again = encode_dag_cbor(&value)?;
-    if again != bytes {
-        return Err(DataModelError::NotCanonical);
-    }
+    let value = scan::decode(bytes)?;
+    check_data_model(&value)?;
     Ok(value)
 }
 
@@ -92,6 +90,82 @@ mod tests {
         assert_eq!(decode_dag_cbor(&bytes).unwrap(), value);
         // Length-first key order: a, c, bb, $type.
         assert_eq!(&bytes[..4], &[0xa4, 0x61, b'a', 0x20]);
+    }
+
+    /// The decoder as it was before the one-pass decode: scan, decode with
+    /// `serde_ipld_dagcbor`, encode again and compare.
+    fn decode_by_re_encoding(bytes: &[u8]) -> Result<Ipld> {
+        if bytes.len() > MAX_CBOR_SIZE {
+            return Err(DataModelError::TooLarge {
+                size: bytes.len(),
+                max: MAX_CBOR_SIZE,
+            });
+        }
+        crate::model::scan::scan(bytes)?;
+        let value: Ipld = serde_ipld_dagcbor::from_slice(bytes)
+            .map_err(|e| DataModelError::Codec(format!("decoding failed: {e}")))?;
+        if encode_dag_cbor(&value)? != bytes {
+            return Err(DataModelError::NotCanonical);
+        }
+        Ok(value)
+    }
+
+    #[test]
+    fn decodes_as_re_encoding_and_comparing_did() {
+        let blob = Ipld::Map(BTreeMap::from([
+            ("$type".to_owned(), Ipld::String("blob".to_owned())),
+            (
+                "ref".to_owned(),
+                Ipld::Link(crate::model::cid_for_blob(b"b")),
+            ),
+            ("mimeType".to_owned(), Ipld::String("a/b".to_owned())),
+            ("size".to_owned(), Ipld::Integer(300)),
+        ]));
+        let value = Ipld::Map(BTreeMap::from([
+            ("a".to_owned(), Ipld::Integer(-1)),
+            ("n".to_owned(), Ipld::Integer(i64::MIN.into())),
+            ("bb".to_owned(), Ipld::Link(cid_for_cbor(b"x"))),
+            (
+                "c".to_owned(),
+                Ipld::List(vec![
+                    Ipld::Bytes(vec![1, 2]),
+                    Ipld::Null,
+                    Ipld::Bool(true),
+                    Ipld::Bool(false),
+                    Ipld::Integer(65_536),
+                ]),
+            ),
+            ("blob".to_owned(), blob),
+            ("text".to_owned(), Ipld::String("é ✓ 𝄞 ".repeat(5))),
+            ("$type".to_owned(), Ipld::String("x.y.z".to_owned())),
+            ("e".to_owned(), Ipld::Map(BTreeMap::new())),
+        ]));
+        let block = encode_dag_cbor(&value).unwrap();
+        assert_eq!(decode_dag_cbor(&block).unwrap(), value);
+        let mut inputs = vec![block.clone(), link_bytes()];
+        // Every prefix, and every byte changed to a few others.
+        for end in 0..block.len() {
+            inputs.push(block[..end].to_vec());
+        }
+        for i in 0..block.len() {
+            for byte in [
+                0x00, 0x01, 0x17, 0x18, 0x20, 0x40, 0x60, 0x80, 0xa0, 0xd8, 0xf6, 0xff,
+            ] {
+                let mut changed = block.clone();
+                changed[i] = byte;
+                inputs.push(changed);
+                let mut changed = block.clone();
+                changed[i] ^= 1;
+                inputs.push(changed);
+            }
+        }
+        for input in inputs {
+            assert_eq!(
+                decode_dag_cbor(&input),
+                decode_by_re_encoding(&input),
+                "{input:02x?}"
+            );
+        }
     }
 
     #[test]

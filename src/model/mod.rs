@@ -8,7 +8,8 @@
 //! - JSON → value: [`json_to_ipld`], [`record_from_json`].
 //! - value → JSON: [`ipld_to_json`].
 //! - value ⇄ DAG-CBOR: [`encode_dag_cbor`], [`decode_dag_cbor`] (safe on
-//!   untrusted bytes).
+//!   untrusted bytes); [`Checked`] writes the same bytes into a [`Sink`]
+//!   (a buffer, a hash) without building them first.
 //! - CIDs: [`cid_for_cbor`], [`cid_for_blob`], [`record_cid`], [`parse_cid`].
 //! - Rules alone: [`check_data_model`], [`check_record`].
 //!
@@ -35,6 +36,7 @@ mod json;
 mod scan;
 mod time;
 mod validate;
+mod write;
 
 pub use ::cid::Cid;
 pub use ipld_core::ipld::Ipld;
@@ -49,6 +51,7 @@ pub(crate) use self::json::BASE64;
 pub use self::json::{ipld_to_json, json_to_ipld, record_from_json};
 pub use self::time::now_datetime;
 pub use self::validate::{check_data_model, check_record};
+pub use self::write::{Checked, Sink};
 
 /// Maximum nesting of lists and maps (a scalar at the top level is depth 0,
 /// `[]` is depth 1). Links and bytes are scalars and do not count.

@@ -13,6 +13,10 @@
 //! nesting depth. Time is linear in the input; memory is `O(MAX_DEPTH)`.
 
 use std::cmp::Ordering;
+use std::collections::BTreeMap;
+
+use ::cid::Cid;
+use ipld_core::ipld::Ipld;
 
 use super::MAX_DEPTH;
 use super::cid::cid_from_bytes;
@@ -35,7 +39,125 @@ const NULL: u8 = 0xf6;
 const TAG_CID: u64 = 42;
 
 /// Checks that `input` is exactly one strict DAG-CBOR item.
+#[cfg(test)]
 pub(crate) fn scan(input: &[u8]) -> Result<()> {
+    walk(input, &mut ())
+}
+
+/// Checks that `input` is exactly one strict DAG-CBOR item, as [`scan`]
+/// does (the same errors), and builds its value in the same pass. Strict
+/// DAG-CBOR has one encoding per value, so a value that passes is the one
+/// whose encoding is `input`: nothing needs encoding again to compare.
+pub(crate) fn decode(input: &[u8]) -> Result<Ipld> {
+    let mut build = Build::default();
+    walk(input, &mut build)?;
+    // `walk` succeeded: exactly one item, every container closed.
+    build.done.ok_or(DataModelError::Truncated {
+        offset: input.len(),
+        detail: "CBOR head",
+    })
+}
+
+/// A scalar item as read.
+pub(crate) enum Scalar<'a> {
+    Null,
+    Bool(bool),
+    Integer(i128),
+    Bytes(&'a [u8]),
+    Text(&'a str),
+    Link(Cid),
+}
+
+/// What [`walk`] reports, in input order.
+pub(crate) trait Visit<'a> {
+    /// A scalar: a list element, a map value, or the whole input.
+    fn scalar(&mut self, scalar: Scalar<'a>);
+    /// A list (`map` false) or map of `len` items starts.
+    fn open(&mut self, map: bool, len: u64);
+    /// The next map key.
+    fn key(&mut self, key: &'a str);
+    /// The innermost open list or map is complete.
+    fn close(&mut self);
+}
+
+/// Checking only.
+impl<'a> Visit<'a> for () {
+    fn scalar(&mut self, _: Scalar<'a>) {}
+    fn open(&mut self, _: bool, _: u64) {}
+    fn key(&mut self, _: &'a str) {}
+    fn close(&mut self) {}
+}
+
+/// Builds the value.
+#[derive(Default)]
+struct Build {
+    /// The open lists and maps (a map with the key its next value goes to).
+    stack: Vec<Open>,
+    done: Option<Ipld>,
+}
+
+enum Open {
+    List(Vec<Ipld>),
+    Map(BTreeMap<String, Ipld>, Option<String>),
+}
+
+/// Most list elements reserved up front (the declared count is bounded by
+/// the input, but an element in memory is larger than its one byte).
+const MAX_RESERVE: u64 = 4096;
+
+impl Build {
+    fn put(&mut self, value: Ipld) {
+        match self.stack.last_mut() {
+            None => self.done = Some(value),
+            Some(Open::List(items)) => items.push(value),
+            Some(Open::Map(map, key)) => {
+                if let Some(key) = key.take() {
+                    map.insert(key, value);
+                }
+            }
+        }
+    }
+}
+
+impl<'a> Visit<'a> for Build {
+    fn scalar(&mut self, scalar: Scalar<'a>) {
+        self.put(match scalar {
+            Scalar::Null => Ipld::Null,
+            Scalar::Bool(b) => Ipld::Bool(b),
+            Scalar::Integer(i) => Ipld::Integer(i),
+            Scalar::Bytes(b) => Ipld::Bytes(b.to_vec()),
+            Scalar::Text(s) => Ipld::String(s.to_owned()),
+            Scalar::Link(cid) => Ipld::Link(cid),
+        });
+    }
+
+    fn open(&mut self, map: bool, len: u64) {
+        self.stack.push(if map {
+            Open::Map(BTreeMap::new(), None)
+        } else {
+            // Bounded by MAX_RESERVE, so the cast cannot truncate.
+            Open::List(Vec::with_capacity(len.min(MAX_RESERVE) as usize))
+        });
+    }
+
+    fn key(&mut self, key: &'a str) {
+        if let Some(Open::Map(_, next)) = self.stack.last_mut() {
+            *next = Some(key.to_owned());
+        }
+    }
+
+    fn close(&mut self) {
+        match self.stack.pop() {
+            Some(Open::List(items)) => self.put(Ipld::List(items)),
+            Some(Open::Map(map, _)) => self.put(Ipld::Map(map)),
+            None => {}
+        }
+    }
+}
+
+/// Checks that `input` is exactly one strict DAG-CBOR item, telling `visit`
+/// each item as it is read.
+pub(crate) fn walk<'a>(input: &'a [u8], visit: &mut impl Visit<'a>) -> Result<()> {
     let mut reader = Reader { input, pos: 0 };
     // One frame per open list/map; never longer than MAX_DEPTH.
     let mut stack: Vec<Frame> = Vec::new();
@@ -48,19 +170,25 @@ pub(crate) fn scan(input: &[u8]) -> Result<()> {
             })
         );
         if is_key {
-            reader.map_key(&mut stack)?;
+            visit.key(reader.map_key(&mut stack)?);
             continue;
         }
         match reader.item()? {
-            Item::Scalar => {}
+            Item::Scalar(scalar) => visit.scalar(scalar),
             Item::Container(frame) => {
                 if stack.len() >= MAX_DEPTH {
                     return Err(DataModelError::TooDeep { max: MAX_DEPTH });
                 }
+                let (map, len) = match frame {
+                    Frame::Array { remaining } => (false, remaining),
+                    Frame::Map { remaining, .. } => (true, remaining),
+                };
+                visit.open(map, len);
                 if !frame.is_empty() {
                     stack.push(frame);
                     continue;
                 }
+                visit.close();
             }
         }
         // An item is complete: close every container it completes.
@@ -81,6 +209,7 @@ pub(crate) fn scan(input: &[u8]) -> Result<()> {
                     frame.item_done();
                     if frame.is_empty() {
                         stack.pop();
+                        visit.close();
                     } else {
                         break;
                     }
@@ -128,8 +257,8 @@ impl Frame {
     }
 }
 
-enum Item {
-    Scalar,
+enum Item<'a> {
+    Scalar(Scalar<'a>),
     Container(Frame),
 }
 
@@ -224,7 +353,7 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads one item; containers are returned open, to be filled by the caller.
-    fn item(&mut self) -> Result<Item> {
+    fn item(&mut self) -> Result<Item<'a>> {
         let head = self.head()?;
         match head.major {
             MAJOR_UNSIGNED | MAJOR_NEGATIVE => {
@@ -243,16 +372,19 @@ impl<'a> Reader<'a> {
                         ),
                     });
                 }
-                Ok(Item::Scalar)
+                let arg = i128::from(head.arg);
+                Ok(Item::Scalar(Scalar::Integer(
+                    if head.major == MAJOR_NEGATIVE {
+                        -1 - arg
+                    } else {
+                        arg
+                    },
+                )))
             }
-            MAJOR_BYTES => {
-                self.payload(&head, "byte string")?;
-                Ok(Item::Scalar)
-            }
-            MAJOR_TEXT => {
-                self.text(&head)?;
-                Ok(Item::Scalar)
-            }
+            MAJOR_BYTES => Ok(Item::Scalar(Scalar::Bytes(
+                self.payload(&head, "byte string")?,
+            ))),
+            MAJOR_TEXT => Ok(Item::Scalar(Scalar::Text(self.text(&head)?.0))),
             MAJOR_ARRAY => {
                 // Every element takes at least one byte.
                 self.check_count(&head, 1)?;
@@ -276,16 +408,19 @@ impl<'a> Reader<'a> {
                         offset: head.offset,
                     });
                 }
-                self.cid()?;
-                Ok(Item::Scalar)
+                Ok(Item::Scalar(Scalar::Link(self.cid()?)))
             }
             // MAJOR_SIMPLE: head() only lets false/true/null through.
-            _ => Ok(Item::Scalar),
+            _ => Ok(Item::Scalar(match head.arg as u8 {
+                FALSE => Scalar::Bool(false),
+                TRUE => Scalar::Bool(true),
+                _ => Scalar::Null,
+            })),
         }
     }
 
     /// The body of tag 42: a byte string holding 0x00 and a blessed binary CID.
-    fn cid(&mut self) -> Result<()> {
+    fn cid(&mut self) -> Result<Cid> {
         let offset = self.pos;
         let head = self.head()?;
         if head.major != MAJOR_BYTES {
@@ -295,7 +430,7 @@ impl<'a> Reader<'a> {
         }
         let bytes = self.payload(&head, "CID bytes")?;
         match bytes.split_first() {
-            Some((0, cid)) => cid_from_bytes(cid).map(|_| ()),
+            Some((0, cid)) => cid_from_bytes(cid),
             _ => Err(DataModelError::InvalidCid {
                 reason: format!(
                     "CID bytes at offset {offset} must start with the 0x00 multibase prefix"
@@ -313,14 +448,15 @@ impl<'a> Reader<'a> {
         self.take(len, detail)
     }
 
-    /// The payload of a text string, checked to be UTF-8.
-    fn text(&mut self, head: &Head) -> Result<(usize, usize)> {
+    /// The payload of a text string, checked to be UTF-8, with its byte
+    /// range in the input.
+    fn text(&mut self, head: &Head) -> Result<(&'a str, (usize, usize))> {
         let start = self.pos;
         let bytes = self.payload(head, "text string")?;
-        std::str::from_utf8(bytes).map_err(|_| DataModelError::InvalidUtf8 {
+        let text = std::str::from_utf8(bytes).map_err(|_| DataModelError::InvalidUtf8 {
             offset: head.offset,
         })?;
-        Ok((start, self.pos))
+        Ok((text, (start, self.pos)))
     }
 
     /// Fails if `count` items of at least `min_size` bytes cannot fit in the rest of the input.
@@ -340,13 +476,13 @@ impl<'a> Reader<'a> {
     }
 
     /// Reads the next key of the map on top of `stack` and checks its order.
-    fn map_key(&mut self, stack: &mut [Frame]) -> Result<()> {
+    fn map_key(&mut self, stack: &mut [Frame]) -> Result<&'a str> {
         let offset = self.pos;
         let head = self.head()?;
         if head.major != MAJOR_TEXT {
             return Err(DataModelError::NonStringMapKey { offset });
         }
-        let key = self.text(&head)?;
+        let (text, key) = self.text(&head)?;
         if let Some(Frame::Map {
             value_next,
             last_key,
@@ -363,7 +499,7 @@ impl<'a> Reader<'a> {
             *last_key = Some(key);
             *value_next = true;
         }
-        Ok(())
+        Ok(text)
     }
 
     fn slice(&self, (start, end): (usize, usize)) -> &'a [u8] {

@@ -34,7 +34,7 @@ pub fn check_record(value: &Ipld) -> Result<()> {
 }
 
 /// `depth` is the number of lists/maps enclosing `value`.
-fn check_value(value: &Ipld, depth: usize) -> Result<()> {
+pub(crate) fn check_value(value: &Ipld, depth: usize) -> Result<()> {
     match value {
         Ipld::Null | Ipld::Bool(_) | Ipld::String(_) | Ipld::Bytes(_) => Ok(()),
         Ipld::Integer(i) => check_integer(*i).map(|_| ()),

@@ -30,7 +30,7 @@ use ipld_core::ipld::Ipld;
 use sha2::{Digest, Sha256};
 
 use super::error::{Result, SealError};
-use crate::model::{Cid, encode_dag_cbor};
+use crate::model::{Checked, Cid};
 
 /// Domain label that starts every AAD.
 pub const AAD_LABEL: &str = "gelstore/seal/aad/v2";
@@ -157,12 +157,11 @@ pub(crate) fn record_parts(record: &Ipld) -> Result<(&BTreeMap<String, Ipld>, &s
 /// SHA-256 of the canonical DAG-CBOR of `record` with `sealed_field`
 /// removed (the clear fields, `$type` included).
 pub fn clear_fields_hash(record: &BTreeMap<String, Ipld>, sealed_field: &str) -> Result<[u8; 32]> {
-    let clear: BTreeMap<String, Ipld> = record
-        .iter()
-        .filter(|(k, _)| k.as_str() != sealed_field)
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let bytes = encode_dag_cbor(&Ipld::Map(clear))
+    // Streamed into the hash: the clear map is neither built nor encoded
+    // into a buffer first.
+    let clear = Checked::map_without(record, sealed_field)
         .map_err(|e| SealError::malformed("record", format!("clear fields: {e}")))?;
-    Ok(Sha256::digest(&bytes).into())
+    let mut hash = Sha256::new();
+    clear.write_to(&mut hash);
+    Ok(hash.finalize().into())
 }

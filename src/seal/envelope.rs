@@ -72,13 +72,32 @@ fn wrong_type(name: &str, expected: &str) -> SealError {
     SealError::malformed("encryptedContent", format!("{name} is not {expected}"))
 }
 
-impl Envelope {
+/// A parsed `encryptedContent` that borrows its strings and ciphertext from
+/// the value it was parsed from (what opening needs: no copy of the
+/// ciphertext before the one that is decrypted in place).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EnvelopeRef<'a> {
+    /// Scheme name, on the allow-list.
+    pub alg: &'a str,
+    /// The chat key's id.
+    pub key_id: &'a str,
+    /// The 24-byte nonce.
+    pub nonce: [u8; NONCE_LEN],
+    /// Ciphertext with its 16-byte tag at the end.
+    pub ciphertext: &'a [u8],
+    /// The encrypted blobs, in order.
+    pub blobs: Vec<BlobBinding>,
+    /// Whether the envelope carries `$type` (see [`Envelope::typed`]).
+    pub typed: bool,
+}
+
+impl<'a> EnvelopeRef<'a> {
     /// Parses and checks an `encryptedContent` value. Checks, in order: it is
     /// a map with no unknown fields; `alg` is on the allow-list; `keyId` is a
     /// non-empty string ≤ 128 bytes; `nonce` is 24 bytes; `ciphertext` is at
     /// least a tag long and at most 1,000,000 bytes; `blobs` (optional) is a
     /// list of ≤ 100 blob refs with raw-codec CIDs.
-    pub fn from_ipld(value: &Ipld) -> Result<Envelope> {
+    pub fn parse(value: &'a Ipld) -> Result<EnvelopeRef<'a>> {
         let Ipld::Map(map) = value else {
             return Err(SealError::malformed("encryptedContent", "not a map"));
         };
@@ -166,11 +185,11 @@ impl Envelope {
             }
             Some(_) => return Err(wrong_type("blobs", "a list")),
         };
-        Ok(Envelope {
-            alg: alg.clone(),
-            key_id: key_id.clone(),
+        Ok(EnvelopeRef {
+            alg,
+            key_id,
             nonce,
-            ciphertext: ciphertext.clone(),
+            ciphertext,
             blobs,
             typed: map.contains_key("$type"),
         })
@@ -185,9 +204,56 @@ impl Envelope {
         }
     }
 
+    /// The owned envelope.
+    pub fn to_envelope(&self) -> Envelope {
+        Envelope {
+            alg: self.alg.to_string(),
+            key_id: self.key_id.to_string(),
+            nonce: self.nonce,
+            ciphertext: self.ciphertext.to_vec(),
+            blobs: self.blobs.clone(),
+            typed: self.typed,
+        }
+    }
+}
+
+impl Envelope {
+    /// Parses and checks an `encryptedContent` value, with the checks of
+    /// [`EnvelopeRef::parse`].
+    pub fn from_ipld(value: &Ipld) -> Result<Envelope> {
+        EnvelopeRef::parse(value).map(|view| view.to_envelope())
+    }
+
+    /// A borrowed view of this envelope.
+    pub fn view(&self) -> EnvelopeRef<'_> {
+        EnvelopeRef {
+            alg: &self.alg,
+            key_id: &self.key_id,
+            nonce: self.nonce,
+            ciphertext: &self.ciphertext,
+            blobs: self.blobs.clone(),
+            typed: self.typed,
+        }
+    }
+
+    /// The envelope's `$type` as the AAD binds it: `""` when it has none.
+    pub fn envelope_type(&self) -> &'static str {
+        if self.typed {
+            ENCRYPTED_CONTENT_TYPE
+        } else {
+            ""
+        }
+    }
+
     /// The `encryptedContent` value (`$type` only if [`Envelope::typed`];
     /// `blobs` only when there are some).
     pub fn to_ipld(&self) -> Ipld {
+        self.clone().into_ipld()
+    }
+
+    /// [`Envelope::to_ipld`], moving the ciphertext into the value instead
+    /// of copying it.
+    pub fn into_ipld(self) -> Ipld {
         let mut map = BTreeMap::new();
         if self.typed {
             map.insert(
@@ -195,13 +261,10 @@ impl Envelope {
                 Ipld::String(ENCRYPTED_CONTENT_TYPE.into()),
             );
         }
-        map.insert("alg".to_string(), Ipld::String(self.alg.clone()));
-        map.insert("keyId".to_string(), Ipld::String(self.key_id.clone()));
+        map.insert("alg".to_string(), Ipld::String(self.alg));
+        map.insert("keyId".to_string(), Ipld::String(self.key_id));
         map.insert("nonce".to_string(), Ipld::Bytes(self.nonce.to_vec()));
-        map.insert(
-            "ciphertext".to_string(),
-            Ipld::Bytes(self.ciphertext.clone()),
-        );
+        map.insert("ciphertext".to_string(), Ipld::Bytes(self.ciphertext));
         if !self.blobs.is_empty() {
             map.insert(
                 "blobs".to_string(),

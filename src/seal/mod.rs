@@ -46,7 +46,7 @@ pub use self::aad::{
 pub use self::blob::{
     BlobReader, BlobSeal, SealedBlob, open_blob, seal_blob, seal_blob_with, seal_blob_with_key,
 };
-pub use self::envelope::{Envelope, SEAL_ALG_V1, SEALED_BLOB_MIME};
+pub use self::envelope::{Envelope, EnvelopeRef, SEAL_ALG_V1, SEALED_BLOB_MIME};
 pub use self::error::{Result, SealError};
 pub use self::frame::Padding;
 pub use self::keyring::{

@@ -24,11 +24,13 @@ use super::aad::{
     record_parts, sealed_field, sealed_fields,
 };
 use super::blob::BlobSeal;
-use super::envelope::{Envelope, MAX_CIPHERTEXT, NONCE_LEN, SEAL_ALG_V1, TAG_LEN, check_alg};
+use super::envelope::{
+    Envelope, EnvelopeRef, MAX_CIPHERTEXT, NONCE_LEN, SEAL_ALG_V1, TAG_LEN, check_alg,
+};
 use super::error::{Result, SealError};
 use super::frame::{self, Padding};
 use super::keys::{BlobKey, ChatKey, KEY_LEN, KeyLookup};
-use crate::model::{decode_dag_cbor, encode_dag_cbor};
+use crate::model::{Checked, decode_dag_cbor};
 
 /// HKDF info label of the record key.
 pub const RECORD_KEY_LABEL: &str = "gelstore/seal/record-key/v1";
@@ -83,10 +85,25 @@ pub fn seal_frame(
     blobs: &[BlobBinding],
     rng: &mut impl CryptoRng,
 ) -> Result<Envelope> {
-    if frame.len() > MAX_FRAME {
+    let mut buffer = Zeroizing::new(Vec::with_capacity(frame.len() + TAG_LEN));
+    buffer.extend_from_slice(frame);
+    seal_buffer(buffer, key, ctx, blobs, rng)
+}
+
+/// [`seal_frame`] on a frame in a buffer of its own, encrypted in place
+/// (with room for the tag, no copy is made).
+fn seal_buffer(
+    mut buffer: Zeroizing<Vec<u8>>,
+    key: &ChatKey,
+    ctx: &AadContext<'_>,
+    blobs: &[BlobBinding],
+    rng: &mut impl CryptoRng,
+) -> Result<Envelope> {
+    let frame_len = buffer.len();
+    if frame_len > MAX_FRAME {
         return Err(SealError::Oversize {
             what: "sealed ciphertext",
-            size: (frame.len() + TAG_LEN) as u64,
+            size: (frame_len + TAG_LEN) as u64,
             max: MAX_CIPHERTEXT as u64,
             hint: " (encryptedContent.ciphertext); store large content as a sealed blob",
         });
@@ -95,20 +112,29 @@ pub fn seal_frame(
     rng.fill_bytes(&mut nonce);
     // gelstore writes no envelope `$type` (the field's lexicon type says it).
     let aad = record_aad(SEAL_ALG_V1, key.key_id(), &nonce, "", ctx, blobs);
-    let mut buffer = frame.to_vec();
+    // Room for the tag, so the plaintext is never left behind by a
+    // reallocation (the callers give it; a copy otherwise, the old buffer
+    // wiped).
+    if buffer.capacity() < frame_len + TAG_LEN {
+        let mut roomy = Zeroizing::new(Vec::with_capacity(frame_len + TAG_LEN));
+        roomy.extend_from_slice(&buffer);
+        buffer = roomy;
+    }
     cipher(key, SEAL_ALG_V1)
-        .encrypt_in_place(&XNonce::from(nonce), &aad, &mut buffer)
+        .encrypt_in_place(&XNonce::from(nonce), &aad, &mut *buffer)
         .map_err(|_| SealError::Oversize {
             what: "plaintext",
-            size: frame.len() as u64,
+            size: frame_len as u64,
             max: MAX_FRAME as u64,
             hint: "",
         })?;
+    // The buffer now holds the ciphertext: nothing secret is left to wipe.
+    let ciphertext = std::mem::take(&mut *buffer);
     Ok(Envelope {
         alg: SEAL_ALG_V1.to_string(),
         key_id: key.key_id().to_string(),
         nonce,
-        ciphertext: buffer,
+        ciphertext,
         blobs: blobs.to_vec(),
         typed: false,
     })
@@ -121,22 +147,32 @@ pub fn open_frame(
     key: &ChatKey,
     ctx: &AadContext<'_>,
 ) -> Result<Zeroizing<Vec<u8>>> {
-    check_alg(&envelope.alg)?;
+    open_view(&envelope.view(), key, ctx)
+}
+
+/// [`open_frame`] on a borrowed envelope: the ciphertext is copied once,
+/// into the buffer it is decrypted in.
+fn open_view(
+    envelope: &EnvelopeRef<'_>,
+    key: &ChatKey,
+    ctx: &AadContext<'_>,
+) -> Result<Zeroizing<Vec<u8>>> {
+    check_alg(envelope.alg)?;
     if envelope.key_id != key.key_id() {
         return Err(SealError::UnknownKey {
-            key_id: envelope.key_id.clone(),
+            key_id: envelope.key_id.to_string(),
         });
     }
     let aad = record_aad(
-        &envelope.alg,
-        &envelope.key_id,
+        envelope.alg,
+        envelope.key_id,
         &envelope.nonce,
         envelope.envelope_type(),
         ctx,
         &envelope.blobs,
     );
-    let mut buffer = Zeroizing::new(envelope.ciphertext.clone());
-    cipher(key, &envelope.alg)
+    let mut buffer = Zeroizing::new(envelope.ciphertext.to_vec());
+    cipher(key, envelope.alg)
         .decrypt_in_place(&XNonce::from(envelope.nonce), &aad, &mut *buffer)
         .map_err(|_| SealError::AuthenticationFailed {
             what: "the sealed record",
@@ -191,10 +227,10 @@ pub fn seal_record(
             hint: " entries",
         });
     }
-    let content_bytes = Zeroizing::new(encode_dag_cbor(content).map_err(|e| {
+    let content = Checked::new(content).map_err(|e| {
         SealError::invalid_plaintext(format!("content is not valid data model: {e}"))
-    })?);
-    let unpadded = frame::unpadded_len(content_bytes.len(), blobs.len());
+    })?;
+    let unpadded = frame::unpadded_len(content.len(), blobs.len());
     if unpadded > MAX_FRAME {
         return Err(SealError::Oversize {
             what: "sealed ciphertext",
@@ -217,10 +253,22 @@ pub fn seal_record(
     } else {
         options.padding
     };
-    let frame = frame::encode(&content_bytes, &keys, padding, MAX_FRAME);
-    let envelope = seal_frame(&frame, key, &ctx, &bindings, rng)?;
-    let mut out: BTreeMap<String, Ipld> = map.clone();
-    out.insert(field.to_string(), envelope.to_ipld());
+    // The content is written once, into the buffer it is encrypted in.
+    let frame = frame::encode_with(
+        content.len(),
+        |out| content.write_to(out),
+        &keys,
+        padding,
+        MAX_FRAME,
+    );
+    let envelope = seal_buffer(frame, key, &ctx, &bindings, rng)?;
+    // The clear fields; a sealed field already there is replaced.
+    let mut out: BTreeMap<String, Ipld> = map
+        .iter()
+        .filter(|(k, _)| k.as_str() != field)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    out.insert(field.to_string(), envelope.into_ipld());
     Ok(Ipld::Map(out))
 }
 
@@ -248,7 +296,7 @@ pub fn open_record<K: KeyLookup + ?Sized>(
             ));
         }
     };
-    let envelope = Envelope::from_ipld(&map[field])?;
+    let envelope = EnvelopeRef::parse(&map[field])?;
     if field == AUTHENTICATOR_FIELD && !envelope.blobs.is_empty() {
         return Err(SealError::malformed(
             "record",
@@ -256,9 +304,9 @@ pub fn open_record<K: KeyLookup + ?Sized>(
         ));
     }
     let key = keys
-        .chat_key(&envelope.key_id)
+        .chat_key(envelope.key_id)
         .ok_or_else(|| SealError::UnknownKey {
-            key_id: envelope.key_id.clone(),
+            key_id: envelope.key_id.to_string(),
         })?;
     let ctx = AadContext {
         place: *place,
@@ -266,7 +314,7 @@ pub fn open_record<K: KeyLookup + ?Sized>(
         field,
         clear_hash: clear_fields_hash(map, field)?,
     };
-    let frame = open_frame(&envelope, key, &ctx)?;
+    let frame = open_view(&envelope, key, &ctx)?;
     let (content_bytes, blob_keys) = frame::decode(&frame, envelope.blobs.len())?;
     let content = decode_dag_cbor(content_bytes)
         .map_err(|e| SealError::invalid_plaintext(format!("content is not DAG-CBOR: {e}")))?;
@@ -275,14 +323,14 @@ pub fn open_record<K: KeyLookup + ?Sized>(
             "the sealed content is not a map",
         ));
     }
-    if field == AUTHENTICATOR_FIELD && content != Ipld::Map(BTreeMap::new()) {
+    if field == AUTHENTICATOR_FIELD && !matches!(&content, Ipld::Map(m) if m.is_empty()) {
         return Err(SealError::invalid_plaintext(
             "an authenticator holds something other than the empty map",
         ));
     }
     let blobs = envelope
         .blobs
-        .iter()
+        .into_iter()
         .zip(blob_keys)
         .map(|(b, key)| BlobSeal {
             cid: b.cid,
