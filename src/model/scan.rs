@@ -22,12 +22,14 @@ use super::MAX_DEPTH;
 use super::cid::cid_from_bytes;
 use super::error::{DataModelError, Result};
 
-const MAJOR_UNSIGNED: u8 = 0;
-const MAJOR_NEGATIVE: u8 = 1;
-const MAJOR_BYTES: u8 = 2;
-const MAJOR_TEXT: u8 = 3;
-const MAJOR_ARRAY: u8 = 4;
-const MAJOR_MAP: u8 = 5;
+// CBOR major types (the top three bits of an item's first byte); the
+// writer (`write.rs`) uses the same names.
+pub(super) const MAJOR_UNSIGNED: u8 = 0;
+pub(super) const MAJOR_NEGATIVE: u8 = 1;
+pub(super) const MAJOR_BYTES: u8 = 2;
+pub(super) const MAJOR_TEXT: u8 = 3;
+pub(super) const MAJOR_ARRAY: u8 = 4;
+pub(super) const MAJOR_MAP: u8 = 5;
 const MAJOR_TAG: u8 = 6;
 const MAJOR_SIMPLE: u8 = 7;
 

@@ -14,6 +14,9 @@ use sha2::{Digest, Sha256};
 
 use super::MAX_CBOR_SIZE;
 use super::error::{DataModelError, Result};
+use super::scan::{
+    MAJOR_ARRAY, MAJOR_BYTES, MAJOR_MAP, MAJOR_NEGATIVE, MAJOR_TEXT, MAJOR_UNSIGNED,
+};
 use super::validate::{check_data_model, check_map_keys, check_value};
 
 /// Where the writer puts bytes.
@@ -129,12 +132,6 @@ impl<'a> Checked<'a> {
     }
 }
 
-const MAJOR_UNSIGNED: u8 = 0;
-const MAJOR_NEGATIVE: u8 = 1;
-const MAJOR_BYTES: u8 = 2;
-const MAJOR_TEXT: u8 = 3;
-const MAJOR_ARRAY: u8 = 4;
-const MAJOR_MAP: u8 = 5;
 /// Tag 42 (a CID link), as its two-byte head.
 const TAG_CID_HEAD: [u8; 2] = [0xd8, 0x2a];
 
