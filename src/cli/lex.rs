@@ -78,13 +78,24 @@ pub struct CheckArgs {
 #[derive(Args, Debug)]
 pub struct DiffArgs {
     /// OLD NEW: the lexicon sets before and after the change; with
-    /// --base, one folder, compared with itself at that revision.
+    /// --base or --published, one folder, compared with an older version
+    /// of itself.
     #[arg(required = true, num_args = 1..=2, value_name = "PATH")]
     pub paths: Vec<PathBuf>,
     /// A git revision: the old set is PATH as committed there (read from
     /// git, without a checkout).
-    #[arg(long, value_name = "REV")]
+    #[arg(long, value_name = "REV", conflicts_with = "published")]
     pub base: Option<String>,
+    /// The old set is what is published: each lexicon of PATH resolved and
+    /// verified as `lex resolve` does (one not published yet is new).
+    #[arg(long)]
+    pub published: bool,
+    /// With --published: the DID whose repository holds them, instead of
+    /// asking DNS.
+    #[arg(long, requires = "published")]
+    pub did: Option<String>,
+    #[command(flatten)]
+    pub with: super::lex_net::ResolveWith,
     /// How findings are printed (the exit status is the same for each).
     #[arg(long, value_enum, default_value_t)]
     pub format: LexFormat,
@@ -171,6 +182,20 @@ fn run_check(args: CheckArgs) -> Result<Outcome, LoadError> {
 
 fn run_diff(args: DiffArgs) -> Result<Outcome, LoadError> {
     let (old, new) = match (&args.base, args.paths.as_slice()) {
+        (None, [path]) if args.published => {
+            let new = load_catalog_quietly(std::slice::from_ref(path))?;
+            match super::lex_net::published_catalog(&new, args.did.as_deref(), &args.with) {
+                Ok(old) => (old, new),
+                Err(f) => {
+                    eprintln!("error: {}", f.message);
+                    return Ok(f.outcome);
+                }
+            }
+        }
+        (None, _) if args.published => {
+            eprintln!("error: with --published, lex diff takes one PATH");
+            return Ok(Outcome::Failed);
+        }
         (None, [old, new]) => (
             load_catalog_quietly(std::slice::from_ref(old))?,
             load_catalog_quietly(std::slice::from_ref(new))?,
@@ -183,7 +208,7 @@ fn run_diff(args: DiffArgs) -> Result<Outcome, LoadError> {
             }
         },
         (None, _) => {
-            eprintln!("error: lex diff takes OLD NEW, or --base REV PATH");
+            eprintln!("error: lex diff takes OLD NEW, --base REV PATH or --published PATH");
             return Ok(Outcome::Failed);
         }
         (Some(_), _) => {

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::sync::{LoginArgs, login_options};
 use super::{Failure, Format, finish, say};
@@ -39,6 +39,37 @@ impl ResolveWith {
         })
         .map_err(failure)
     }
+}
+
+/// The published copy of each lexicon of `local` (verified as `lex
+/// resolve` does; in `did`'s repository, or where DNS says), as a catalog
+/// to diff against. A lexicon that is not published yet is left out: to a
+/// diff it is new. Any other resolution failure is the error.
+pub(super) fn published_catalog(
+    local: &Catalog,
+    did: Option<&str>,
+    with: &ResolveWith,
+) -> Result<Catalog, Failure> {
+    let resolver = with.resolver()?;
+    let mut published = Catalog::new();
+    for entry in local.entries() {
+        let nsid = &entry.doc.id;
+        let found = match did {
+            Some(did) => resolver.resolve_at(nsid, did),
+            None => resolver.resolve(nsid),
+        };
+        match found {
+            Ok(mut r) => {
+                if let Value::Object(m) = &mut r.schema {
+                    m.remove("$type");
+                }
+                published.add(&format!("published {nsid}"), &r.schema);
+            }
+            Err(LexNetError::NotPublished { .. } | LexNetError::NoTxtRecord { .. }) => {}
+            Err(e) => return Err(failure(e)),
+        }
+    }
+    Ok(published)
 }
 
 #[derive(Args, Debug)]

@@ -304,9 +304,37 @@ fn a_breaking_publish_is_refused_unless_forced(peer: Peer) {
         err.contains("would break") && err.contains("--force"),
         "{err}"
     );
+    // The same check as a diff against what is published, in a CI format:
+    // the finding is annotated on the local file.
+    let diff_published = || {
+        run(&[
+            "lex",
+            "diff",
+            "--published",
+            &path,
+            "--did",
+            &peer.did,
+            "--plc",
+            peer.plc_arg(),
+            "--format",
+            "github",
+        ])
+    };
+    let diff = diff_published();
+    assert_eq!(diff.status.code(), Some(1), "{}", stderr(&diff));
+    let annotations = stdout(&diff);
+    assert!(
+        annotations.lines().any(|l| l.starts_with("::error file=")
+            && l.contains("message.json")
+            && l.contains("newField")),
+        "{annotations}"
+    );
     let mut forced = publish_args(&peer, &path);
     forced.push("--force");
     assert_eq!(json_of(&ok(&forced))["updated"], json!([NSID]));
+    // Published as it is now: nothing breaks.
+    let diff = diff_published();
+    assert_eq!(diff.status.code(), Some(0), "{}", stderr(&diff));
 }
 
 /// What resolution refuses, each by name: no TXT record, a DID without
