@@ -155,17 +155,8 @@ fn run_lint(args: LintArgs) -> Result<Outcome, LoadError> {
 
 fn run_check(args: CheckArgs) -> Result<Outcome, LoadError> {
     let catalog = load_catalog_quietly(&args.lexicons)?;
-    let mut reports = Vec::with_capacity(args.files.len());
-    let mut io_failed = false;
-    for file in &args.files {
-        let value = match read_record(file) {
-            Ok(v) => v,
-            Err(message) => {
-                eprintln!("error: {file}: {message}");
-                io_failed = true;
-                continue;
-            }
-        };
+    let check = |file: &String| -> Result<InputReport, String> {
+        let value = read_record(file)?;
         let mut r = InputReport::new(file.clone());
         r.errors = check_value(&catalog, &value, args.rkey.as_deref())
             .into_iter()
@@ -174,7 +165,36 @@ fn run_check(args: CheckArgs) -> Result<Outcome, LoadError> {
                 ..f
             })
             .collect();
-        reports.push(r);
+        Ok(r)
+    };
+    // Files are independent and a large one is mostly parsing: they are
+    // checked on every core, each thread a contiguous run of them, and the
+    // results are reported in the order the files were given.
+    let threads = std::thread::available_parallelism()
+        .map_or(1, usize::from)
+        .min(args.files.len())
+        .max(1);
+    let per_thread = args.files.len().div_ceil(threads).max(1);
+    let results: Vec<Result<InputReport, String>> = std::thread::scope(|scope| {
+        let runs: Vec<_> = args
+            .files
+            .chunks(per_thread)
+            .map(|run| scope.spawn(|| run.iter().map(check).collect::<Vec<_>>()))
+            .collect();
+        runs.into_iter()
+            .flat_map(|run| run.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let mut reports = Vec::with_capacity(results.len());
+    let mut io_failed = false;
+    for (file, result) in args.files.iter().zip(results) {
+        match result {
+            Ok(r) => reports.push(r),
+            Err(message) => {
+                eprintln!("error: {file}: {message}");
+                io_failed = true;
+            }
+        }
     }
     let outcome = report::print(&reports, args.format, "record(s)");
     Ok(if io_failed { Outcome::Failed } else { outcome })

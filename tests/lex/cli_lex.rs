@@ -88,6 +88,59 @@ fn chat_record_fixtures_check_as_expected() {
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
+/// Many files in one call (checked on every core): one report per file,
+/// in the order given, each verdict the same as checking it alone; an
+/// unreadable one among them is named and the exit is 2.
+#[test]
+fn many_files_are_reported_in_the_order_given() {
+    const RKEY: &str = "3lbqzdw5pzk22.r0";
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/records");
+    let expectations: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("expectations.json")).unwrap()).unwrap();
+    let mut files = Vec::new();
+    let mut verdicts = Vec::new();
+    for (name, expect) in expectations.as_object().unwrap() {
+        // One --rkey for the call: the files written at this key.
+        if expect["rkey"] != RKEY {
+            continue;
+        }
+        let sub = if expect["valid"] == true {
+            "valid"
+        } else {
+            "invalid"
+        };
+        files.push(format!("fixtures/records/{sub}/{name}"));
+        verdicts.push(expect["valid"] == true);
+    }
+    assert!(files.len() >= 10, "{files:?}");
+    // Reversed, so the order is not the folder's.
+    files.reverse();
+    verdicts.reverse();
+    let mut args = vec!["lex", "check", "--format", "json", "--rkey", RKEY];
+    args.extend(files.iter().map(String::as_str));
+    let lines = json_lines(&gelstore(&args));
+    let got: Vec<(&str, bool)> = lines
+        .iter()
+        .map(|l| (l["file"].as_str().unwrap(), l["valid"] == true))
+        .collect();
+    let want: Vec<(&str, bool)> = files.iter().map(String::as_str).zip(verdicts).collect();
+    assert_eq!(got, want);
+
+    args.insert(6 + files.len() / 2, "/nonexistent/middle.json");
+    let o = gelstore(&args);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("/nonexistent/middle.json"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        json_lines(&o).len(),
+        files.len(),
+        "the others still reported"
+    );
+}
+
 #[test]
 fn human_output_is_file_path_message_lines() {
     let o = gelstore(&["lex", "lint", "fixtures/lint"]);
