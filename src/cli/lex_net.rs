@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Args;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::sync::{LoginArgs, login_options};
 use super::{Failure, Format, finish, say};
@@ -59,11 +59,9 @@ pub(super) fn published_catalog(
             None => resolver.resolve(nsid),
         };
         match found {
-            Ok(mut r) => {
-                if let Value::Object(m) = &mut r.schema {
-                    m.remove("$type");
-                }
-                published.add(&format!("published {nsid}"), &r.schema);
+            Ok(r) => {
+                let doc = lexnet::publish::lexicon_document(&r.schema);
+                published.add(&format!("published {nsid}"), &doc);
             }
             Err(LexNetError::NotPublished { .. } | LexNetError::NoTxtRecord { .. }) => {}
             Err(e) => return Err(failure(e)),

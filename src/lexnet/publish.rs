@@ -111,20 +111,23 @@ pub fn publish(paths: &[PathBuf], opts: &PublishOptions) -> Result<PublishReport
 /// The breaking changes from the published document to the new one, in
 /// words (empty when there are none).
 pub fn breaking_changes(nsid: &str, published: &Value, new: &Value) -> String {
-    let strip = |v: &Value| {
-        let mut v = v.clone();
-        if let Value::Object(m) = &mut v {
-            m.remove("$type");
-        }
-        v
-    };
     let (mut old_catalog, mut new_catalog) = (Catalog::new(), Catalog::new());
-    old_catalog.add(&format!("published {nsid}"), &strip(published));
-    new_catalog.add(nsid, &strip(new));
+    old_catalog.add(&format!("published {nsid}"), &lexicon_document(published));
+    new_catalog.add(nsid, &lexicon_document(new));
     diff::diff(&old_catalog, &new_catalog)
         .into_iter()
         .filter(Change::is_breaking)
         .map(|c| format!("{} ({} at {})", c.message, c.rule, c.path))
         .collect::<Vec<_>>()
         .join("; ")
+}
+
+/// A schema record's value as a lexicon document: the record's `$type`
+/// (`com.atproto.lexicon.schema`) is not part of the lexicon.
+pub fn lexicon_document(record: &Value) -> Value {
+    let mut doc = record.clone();
+    if let Value::Object(m) = &mut doc {
+        m.remove("$type");
+    }
+    doc
 }

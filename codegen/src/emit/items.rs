@@ -150,7 +150,12 @@ pub(crate) fn method_table(ctx: &Ctx<'_>, w: &mut Writer) {
     let mut methods: Vec<&str> = ctx
         .catalog
         .entries()
-        .filter(|e| e.doc.main().and_then(method_const).is_some())
+        .filter(|e| {
+            matches!(
+                e.doc.main(),
+                Some(Def::Query(_) | Def::Procedure(_) | Def::Subscription(_))
+            )
+        })
         .map(|e| e.doc.id.as_str())
         .collect();
     methods.sort_unstable();
