@@ -20,11 +20,10 @@
 //! `floor(log2(floor(log2 L))) + 1` bits of the length remain: at most 12 %
 //! overhead, and about log log L bits of the length leak.
 
-use zeroize::Zeroizing;
-
 use super::envelope::TAG_LEN;
 use super::error::{Result, SealError};
 use super::keys::{BlobKey, KEY_LEN};
+use super::plaintext::Plaintext;
 
 /// Frames shorter than this are padded up to it.
 pub const MIN_PADDED_FRAME: usize = 256;
@@ -74,7 +73,7 @@ pub(crate) fn encode(
     blob_keys: &[&BlobKey],
     padding: Padding,
     max: usize,
-) -> Zeroizing<Vec<u8>> {
+) -> Plaintext {
     encode_with(
         content.len(),
         |out| out.extend_from_slice(content),
@@ -93,10 +92,10 @@ pub(crate) fn encode_with(
     blob_keys: &[&BlobKey],
     padding: Padding,
     max: usize,
-) -> Zeroizing<Vec<u8>> {
+) -> Plaintext {
     let len = unpadded_len(content_len, blob_keys.len());
     let total = padded_len(len, padding, max);
-    let mut out = Zeroizing::new(Vec::with_capacity(total + TAG_LEN));
+    let mut out = Plaintext::with_capacity(total + TAG_LEN);
     let clen = u32::try_from(content_len).unwrap_or(u32::MAX);
     out.extend_from_slice(&clen.to_be_bytes());
     write(&mut out);

@@ -35,6 +35,7 @@ pub mod fuzzing;
 pub mod keyring;
 pub mod keys;
 pub mod membership;
+mod plaintext;
 pub mod record;
 mod typed;
 pub mod wrap;
@@ -55,5 +56,6 @@ pub use self::keyring::{
 };
 pub use self::keys::{AccountKey, BlobKey, ChatKey, DeviceKey, KeyLookup, os_rng};
 pub use self::membership::{Log, SignedChange, Standing};
+pub use self::plaintext::Plaintext;
 pub use self::record::{Opened, SealOptions, open_record, seal_record};
 pub use self::wrap::{KeyWrap, Recipient, WRAP_ALG_V1};

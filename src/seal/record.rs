@@ -30,6 +30,7 @@ use super::envelope::{
 use super::error::{Result, SealError};
 use super::frame::{self, Padding};
 use super::keys::{BlobKey, ChatKey, KEY_LEN, KeyLookup};
+use super::plaintext::Plaintext;
 use crate::model::{Checked, decode_dag_cbor};
 
 /// HKDF info label of the record key.
@@ -85,15 +86,13 @@ pub fn seal_frame(
     blobs: &[BlobBinding],
     rng: &mut impl CryptoRng,
 ) -> Result<Envelope> {
-    let mut buffer = Zeroizing::new(Vec::with_capacity(frame.len() + TAG_LEN));
-    buffer.extend_from_slice(frame);
-    seal_buffer(buffer, key, ctx, blobs, rng)
+    seal_buffer(Plaintext::copy_of(frame, TAG_LEN), key, ctx, blobs, rng)
 }
 
 /// [`seal_frame`] on a frame in a buffer of its own, encrypted in place
 /// (with room for the tag, no copy is made).
 fn seal_buffer(
-    mut buffer: Zeroizing<Vec<u8>>,
+    mut buffer: Plaintext,
     key: &ChatKey,
     ctx: &AadContext<'_>,
     blobs: &[BlobBinding],
@@ -116,9 +115,7 @@ fn seal_buffer(
     // reallocation (the callers give it; a copy otherwise, the old buffer
     // wiped).
     if buffer.capacity() < frame_len + TAG_LEN {
-        let mut roomy = Zeroizing::new(Vec::with_capacity(frame_len + TAG_LEN));
-        roomy.extend_from_slice(&buffer);
-        buffer = roomy;
+        buffer = Plaintext::copy_of(&buffer, TAG_LEN);
     }
     cipher(key, SEAL_ALG_V1)
         .encrypt_in_place(&XNonce::from(nonce), &aad, &mut *buffer)
@@ -129,7 +126,7 @@ fn seal_buffer(
             hint: "",
         })?;
     // The buffer now holds the ciphertext: nothing secret is left to wipe.
-    let ciphertext = std::mem::take(&mut *buffer);
+    let ciphertext = buffer.take();
     Ok(Envelope {
         alg: SEAL_ALG_V1.to_string(),
         key_id: key.key_id().to_string(),
@@ -142,21 +139,13 @@ fn seal_buffer(
 
 /// Decrypts an envelope to its frame: the low-level half of [`open_record`].
 /// The envelope must come from [`Envelope::from_ipld`] (structure checked).
-pub fn open_frame(
-    envelope: &Envelope,
-    key: &ChatKey,
-    ctx: &AadContext<'_>,
-) -> Result<Zeroizing<Vec<u8>>> {
+pub fn open_frame(envelope: &Envelope, key: &ChatKey, ctx: &AadContext<'_>) -> Result<Plaintext> {
     open_view(&envelope.view(), key, ctx)
 }
 
 /// [`open_frame`] on a borrowed envelope: the ciphertext is copied once,
 /// into the buffer it is decrypted in.
-fn open_view(
-    envelope: &EnvelopeRef<'_>,
-    key: &ChatKey,
-    ctx: &AadContext<'_>,
-) -> Result<Zeroizing<Vec<u8>>> {
+fn open_view(envelope: &EnvelopeRef<'_>, key: &ChatKey, ctx: &AadContext<'_>) -> Result<Plaintext> {
     check_alg(envelope.alg)?;
     if envelope.key_id != key.key_id() {
         return Err(SealError::UnknownKey {
@@ -171,7 +160,7 @@ fn open_view(
         ctx,
         &envelope.blobs,
     );
-    let mut buffer = Zeroizing::new(envelope.ciphertext.to_vec());
+    let mut buffer = Plaintext::copy_of(envelope.ciphertext, 0);
     cipher(key, envelope.alg)
         .decrypt_in_place(&XNonce::from(envelope.nonce), &aad, &mut *buffer)
         .map_err(|_| SealError::AuthenticationFailed {
