@@ -59,6 +59,9 @@ pub enum Table {
     RevLog,
     /// The repository event stream: seq (u64 BE) → event (see `repo::events`).
     Events,
+    /// The size of each `Events` row: seq (u64 BE) → row bytes (u64 BE), so
+    /// that opening a store learns the event window without reading it.
+    EventSizes,
     /// Sync's mirror of the remote repository: `collection/rkey` → CID
     /// bytes of every record on the PDS (see `sync::stored`). Not
     /// repository blocks: no reference counts, not in `Repository::check`.
@@ -67,12 +70,13 @@ pub enum Table {
 
 impl Table {
     /// Every table.
-    pub const ALL: [Table; 6] = [
+    pub const ALL: [Table; 7] = [
         Table::Meta,
         Table::Blocks,
         Table::Refs,
         Table::RevLog,
         Table::Events,
+        Table::EventSizes,
         Table::Mirror,
     ];
 
@@ -85,6 +89,7 @@ impl Table {
             Table::Refs => b'r',
             Table::RevLog => b'l',
             Table::Events => b'e',
+            Table::EventSizes => b'z',
             Table::Mirror => b's',
         }
     }
@@ -97,6 +102,7 @@ impl Table {
             Table::Refs => "refs",
             Table::RevLog => "revlog",
             Table::Events => "events",
+            Table::EventSizes => "event_sizes",
             Table::Mirror => "mirror",
         }
     }

@@ -376,6 +376,134 @@ fn a_bytes_window_bounds_the_log_and_a_reopened_store_prunes_to_its_window() {
     repo.check().unwrap();
 }
 
+/// An engine that counts the `Events` rows read through it.
+struct CountingEngine {
+    inner: Arc<MemoryEngine>,
+    event_rows_read: std::sync::atomic::AtomicUsize,
+}
+
+impl CountingEngine {
+    fn count(&self, table: gelstore::store::Table) {
+        if table == gelstore::store::Table::Events {
+            self.event_rows_read
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+}
+
+impl gelstore::store::Engine for CountingEngine {
+    fn get(
+        &self,
+        table: gelstore::store::Table,
+        key: &[u8],
+    ) -> Result<Option<Vec<u8>>, gelstore::store::EngineError> {
+        self.count(table);
+        self.inner.get(table, key)
+    }
+    fn scan(&self, table: gelstore::store::Table, start: &[u8]) -> gelstore::store::Scan<'_> {
+        Box::new(
+            self.inner
+                .scan(table, start)
+                .inspect(move |_| self.count(table)),
+        )
+    }
+    fn write(&self, batch: gelstore::store::Batch) -> Result<(), gelstore::store::EngineError> {
+        self.inner.write(batch)
+    }
+    fn size_on_disk(&self) -> Result<u64, gelstore::store::EngineError> {
+        self.inner.size_on_disk()
+    }
+    fn name(&self) -> &'static str {
+        "counting"
+    }
+}
+
+#[test]
+fn a_reopened_store_learns_its_window_from_the_sizes_not_the_events() {
+    use gelstore::store::{Batch, Engine, Table};
+    let memory = Arc::new(MemoryEngine::new());
+    let mut repo = Repository::init_engine(memory.clone(), key(7)).unwrap();
+    for i in 0..40 {
+        repo.apply(&[Write::create(THING, format!("r{i:02}"), thing(i))])
+            .unwrap();
+    }
+    let window = repo.event_window().unwrap();
+    drop(repo);
+    let sizes = |engine: &MemoryEngine| -> Vec<(Vec<u8>, u64)> {
+        engine
+            .scan(Table::EventSizes, b"")
+            .map(|row| {
+                let (key, value) = row.unwrap();
+                (key, u64::from_be_bytes(value.try_into().unwrap()))
+            })
+            .collect()
+    };
+    let rows: Vec<(Vec<u8>, u64)> = memory
+        .scan(Table::Events, b"")
+        .map(|row| {
+            let (key, value) = row.unwrap();
+            let bytes = (key.len() + value.len()) as u64;
+            (key, bytes)
+        })
+        .collect();
+    assert_eq!(sizes(&memory), rows, "one size row per event row");
+
+    // Reopened and appended to: the window comes from the sizes, and of
+    // the events only the oldest is looked at.
+    let counting = Arc::new(CountingEngine {
+        inner: memory.clone(),
+        event_rows_read: Default::default(),
+    });
+    let mut repo = Repository::open_engine(counting.clone(), Some(key(7))).unwrap();
+    assert_eq!(repo.event_window().unwrap(), window);
+    repo.set_event_retention(10);
+    repo.apply(&[Write::create(THING, "later", thing(0))])
+        .unwrap();
+    let read = counting
+        .event_rows_read
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(read <= 1, "{read} event rows read to learn the window");
+    let kept: Vec<u64> = all_events(&repo).iter().map(|e| e.seq).collect();
+    assert_eq!(kept, (33..=42).collect::<Vec<u64>>());
+    drop(repo);
+    assert_eq!(
+        sizes(&memory).len(),
+        10,
+        "pruned sizes go with their events"
+    );
+
+    // A store whose sizes are missing or stale (written by a build without
+    // them): counted from the events once, and the sizes rewritten.
+    let mut batch = Batch::new();
+    batch.delete(Table::EventSizes, 35u64.to_be_bytes());
+    batch.put(Table::EventSizes, 5u64.to_be_bytes(), 1u64.to_be_bytes());
+    memory.write(batch).unwrap();
+    let mut repo = Repository::open_engine(memory.clone(), Some(key(7))).unwrap();
+    let before = repo.event_window().unwrap();
+    let stored: u64 = memory
+        .scan(Table::Events, b"")
+        .map(|r| r.map(|(k, v)| (k.len() + v.len()) as u64).unwrap())
+        .sum();
+    assert_eq!(before, (10, stored));
+    repo.apply(&[Write::create(THING, "again", thing(0))])
+        .unwrap();
+    drop(repo);
+    let rows: Vec<(Vec<u8>, u64)> = memory
+        .scan(Table::Events, b"")
+        .map(|row| {
+            let (key, value) = row.unwrap();
+            let bytes = (key.len() + value.len()) as u64;
+            (key, bytes)
+        })
+        .collect();
+    assert_eq!(
+        rows.len(),
+        11,
+        "the count window is per handle: back to the default"
+    );
+    assert_eq!(sizes(&memory), rows, "the sizes are whole again");
+}
+
 #[test]
 fn retention_keeps_the_last_events_and_flags_outdated_cursors() {
     let mut repo = new_repo();

@@ -44,7 +44,22 @@ pub(crate) struct EventLog {
     /// total; `None` until read from the store (after opening), since a
     /// store written with a larger window may hold more rows than this one
     /// keeps.
-    window: Option<(VecDeque<(u64, u64)>, u64)>,
+    window: Option<Window>,
+}
+
+/// The events a store holds, as sizes.
+#[derive(Debug, Clone, Default)]
+struct Window {
+    /// The seq and row bytes of every stored event, oldest first.
+    rows: VecDeque<(u64, u64)>,
+    /// The sum of the rows' bytes.
+    total: u64,
+    /// Whether `EventSizes` lacks rows of `rows` (they were counted from the
+    /// events themselves); the next append writes them all.
+    unsaved: bool,
+    /// `EventSizes` keys found not to match the events (deleted with the
+    /// next append).
+    stale: Vec<u64>,
 }
 
 impl EventLog {
@@ -54,7 +69,7 @@ impl EventLog {
             last: 0,
             retention: DEFAULT_RETENTION,
             retention_bytes: DEFAULT_RETENTION_BYTES,
-            window: Some((VecDeque::new(), 0)),
+            window: Some(Window::default()),
         }
     }
 
@@ -98,26 +113,60 @@ impl EventLog {
     }
 
     /// The number and bytes of the rows stored, once known (after the first
-    /// append since opening, or from [`EventLog::window_size`]).
+    /// append since opening, or from [`EventLog::window_size`]). Read from
+    /// `EventSizes` (a few bytes a row) when that table matches the events
+    /// kept; otherwise (a store from before the table, or one written since
+    /// by a build without it) from the rows themselves, once, and the sizes
+    /// are rewritten with the next append.
     fn load_window(&mut self, engine: &dyn Engine) -> Result<(), RepoError> {
-        if self.window.is_none() {
-            let mut rows = VecDeque::new();
-            let mut total = 0;
+        if self.window.is_some() {
+            return Ok(());
+        }
+        let mut window = Window::default();
+        for row in engine.scan(Table::EventSizes, b"") {
+            let (key, value) = row?;
+            let bytes =
+                u64::from_be_bytes(value.try_into().map_err(|_| {
+                    RepoError::Corrupt("an event_sizes value is not 8 bytes".into())
+                })?);
+            window.rows.push_back((parse_seq(&key)?, bytes));
+            window.total += bytes;
+        }
+        // Seqs are consecutive and pruned from the oldest end, so the sizes
+        // are whole when they run from the oldest event kept to the last.
+        let whole = match (window.rows.front(), window.rows.back()) {
+            (Some(&(first, _)), Some(&(last, _))) => {
+                last == self.last
+                    && last - first + 1 == window.rows.len() as u64
+                    && oldest(engine)? == Some(first)
+            }
+            _ => oldest(engine)?.is_none(),
+        };
+        if !whole {
+            let stale: Vec<u64> = window.rows.iter().map(|&(seq, _)| seq).collect();
+            window = Window {
+                stale,
+                ..Window::default()
+            };
             for row in engine.scan(Table::Events, b"") {
                 let (key, value) = row?;
                 let bytes = row_bytes(value.len());
-                rows.push_back((parse_seq(&key)?, bytes));
-                total += bytes;
+                window.rows.push_back((parse_seq(&key)?, bytes));
+                window.total += bytes;
             }
-            self.window = Some((rows, total));
+            window.unsaved = true;
         }
+        self.window = Some(window);
         Ok(())
     }
 
     /// How many events are stored and their bytes (keys and values).
     pub fn window_size(&mut self, engine: &dyn Engine) -> Result<(u64, u64), RepoError> {
         self.load_window(engine)?;
-        let (rows, total) = self.window.as_ref().map_or((0, 0), |(r, t)| (r.len(), *t));
+        let (rows, total) = self
+            .window
+            .as_ref()
+            .map_or((0, 0), |w| (w.rows.len(), w.total));
         Ok((rows as u64, total))
     }
 
@@ -156,14 +205,29 @@ impl EventLog {
         let row = encode_row(&event);
         let bytes = row_bytes(row.len());
         batch.put(Table::Events, seq.to_be_bytes(), row);
+        batch.put(Table::EventSizes, seq.to_be_bytes(), bytes.to_be_bytes());
         batch.put(Table::Meta, META_EVENT_SEQ, seq.to_be_bytes());
         // Reading the window only learns what the store holds: harmless if
         // this batch is never written.
         self.load_window(engine)?;
-        if let Some((rows, total)) = &self.window {
+        if let Some(window) = &self.window {
+            if window.unsaved {
+                let first = window.rows.front().map_or(u64::MAX, |&(seq, _)| seq);
+                for &seq in &window.stale {
+                    // `rows` runs from `first` to the last seq without a gap.
+                    if seq < first {
+                        batch.delete(Table::EventSizes, seq.to_be_bytes());
+                    }
+                }
+                for &(seq, bytes) in &window.rows {
+                    batch.put(Table::EventSizes, seq.to_be_bytes(), bytes.to_be_bytes());
+                }
+            }
             // Blind deletes of the rows known to fall out: no scan.
-            for &(old, _) in rows.iter().take(self.falling_out(rows, *total, bytes)) {
+            let out = self.falling_out(&window.rows, window.total, bytes);
+            for &(old, _) in window.rows.iter().take(out) {
                 batch.delete(Table::Events, old.to_be_bytes());
+                batch.delete(Table::EventSizes, old.to_be_bytes());
             }
         }
         Ok(event)
@@ -174,16 +238,18 @@ impl EventLog {
     pub fn committed(&mut self, event: &RepoEvent) {
         self.last = event.seq;
         let bytes = row_bytes(1 + event.time.len().min(255) + event.frame.len());
-        let Some((rows, total)) = &self.window else {
+        let Some(window) = &self.window else {
             return;
         };
-        let out = self.falling_out(rows, *total, bytes);
-        if let Some((rows, total)) = &mut self.window {
-            for (_, old) in rows.drain(..out) {
-                *total -= old;
+        let out = self.falling_out(&window.rows, window.total, bytes);
+        if let Some(window) = &mut self.window {
+            for (_, old) in window.rows.drain(..out) {
+                window.total -= old;
             }
-            rows.push_back((event.seq, bytes));
-            *total += bytes;
+            window.rows.push_back((event.seq, bytes));
+            window.total += bytes;
+            window.unsaved = false;
+            window.stale.clear();
         }
     }
 }

@@ -25,6 +25,7 @@
 //! | `RevLog` | rev (u64 BE) ‖ CID     | empty: the blocks each commit created |
 //! | `Meta`   | `event_seq`            | last event seq handed out (u64 BE) |
 //! | `Events` | seq (u64 BE)           | the `#commit` event (see `repo::events`) |
+//! | `EventSizes` | seq (u64 BE)       | the bytes of that `Events` row (u64 BE) |
 //!
 //! # Invariants (checked by [`Repository::check`])
 //!
