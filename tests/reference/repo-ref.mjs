@@ -19,6 +19,10 @@
 //                                     out: {"ok": true} | {"ok": false, "error"}
 //   verify-proof FILE DID DIDKEY      stdin: {"claims": [[key, cid|null], ...]}
 //                                     verifyProofs; out: {"ok", "verified": [bool per claim]} | {"ok": false, "error"}
+//   bench                             stdin: {"batches": FILE (JSON lines, one batch of writes each),
+//                                             "car": OUT.car, "big": IN.car, "creates": [write, ...]}
+//                                     The reference side of benches/repo.rs, in memory, each step
+//                                     timed with performance.now(); out: milliseconds per step.
 
 import { readFileSync, writeFileSync } from 'node:fs'
 import * as repo from '@atproto/repo'
@@ -147,6 +151,56 @@ async function verifyProof(file, did, didKey) {
   }
 }
 
+// The workloads of benches/repo.rs, as an application built on @atproto/repo
+// would run them: the blocks in memory, the CAR read from and written to disk.
+async function bench() {
+  const input = readStdin()
+  const batches = readFileSync(input.batches, 'utf8')
+    .split('\n')
+    .filter((line) => line.trim() !== '')
+    .map((line) => JSON.parse(line).map(toWrite))
+  const keypair = await crypto.Secp256k1Keypair.create()
+  const did = keypair.did()
+  const time = async (work) => {
+    const started = performance.now()
+    const result = await work()
+    return [performance.now() - started, result]
+  }
+
+  const storage = new MemoryBlockstore()
+  let r = await Repo.create(storage, did, keypair, [])
+  const [commits] = await time(async () => {
+    for (const batch of batches) r = await r.applyWrites(batch, keypair)
+  })
+  const [exportMs] = await time(async () => {
+    writeFileSync(input.car, await concat(repo.getFullRepo(storage, r.cid)))
+  })
+  const [verify] = await time(async () => {
+    await repo.verifyRepoCar(readFileSync(input.car), did, did)
+  })
+  const [importMs] = await time(async () => {
+    const bytes = readFileSync(input.car)
+    const { root, blocks } = await repo.readCarWithRoot(bytes)
+    await repo.verifyRepo(blocks, root, did, did)
+    await Repo.load(new MemoryBlockstore(blocks), root)
+  })
+  const [open] = await time(async () => {
+    const { root, blocks } = await repo.readCarWithRoot(readFileSync(input.car))
+    await Repo.load(new MemoryBlockstore(blocks), root)
+  })
+
+  // One create at a time on the large repository (loaded untimed).
+  const { root, blocks } = await repo.readCarWithRoot(readFileSync(input.big))
+  let big = await Repo.load(new MemoryBlockstore(blocks), root)
+  const creates = []
+  for (const write of input.creates) {
+    const [ms, next] = await time(() => big.applyWrites([toWrite(write)], keypair))
+    big = next
+    creates.push(ms)
+  }
+  out({ commits, export: exportMs, verify, import: importMs, open, creates })
+}
+
 const [command, ...args] = process.argv.slice(2)
 const commands = {
   'mst-root': () => mstRoot(),
@@ -154,6 +208,7 @@ const commands = {
   'verify-car': () => verifyCar(args[0], args[1], args[2]),
   prove: () => prove(args[0], args[1], args.slice(2)),
   'verify-proof': () => verifyProof(args[0], args[1], args[2]),
+  bench: () => bench(),
 }
 if (!commands[command]) {
   process.stderr.write(`usage: repo-ref.mjs ${Object.keys(commands).join('|')} ...\n`)

@@ -1,8 +1,14 @@
-//! Repository store throughput on the default engine (redb): building a 100,000-record repository
-//! (single-record commits, then batches of 200), one update at 100k
-//! records, CAR export, one `listRecords` page of the 50 newest records
-//! (the reverse MST walk against the old walk from the collection's start),
-//! import + verification, and the size on disk.
+//! Repository store throughput on the default engine (redb): building a
+//! 100,000-record repository (single-record commits, then batches of 200),
+//! one update at 100k records, CAR export, one `listRecords` page of the 50
+//! newest records (the reverse MST walk against the old walk from the
+//! collection's start), import + verification, and the size on disk.
+//!
+//! Then, side by side with `@atproto/repo` (the `reference` module; its npm
+//! packages are installed into `tests/reference` on first run): 20,000
+//! records as 100 commits of 200, one create on the 100k store, export,
+//! verify, import and open, by whole `gelstore` processes as a user runs
+//! them, against the reference in memory in one Node process.
 //!
 //! Run: `cargo bench --bench repo` (release profile). Each commit is signed
 //! and flushed to disk (fsync) before it returns, as in real use. Records
@@ -10,6 +16,28 @@
 //! bytes), validated against the lexicon on write like any other.
 //!
 //! `GELSTORE_BENCH_RECORDS` sets the repository size (default 100,000).
+//!
+//! One run on the 2-core machine (`cargo bench --bench repo`; the
+//! reference's own times vary by about 20% between runs):
+//!
+//! ```text
+//! | work                                     | gelstore  | @atproto/repo | ratio  |
+//! | 100 commits of 200 creates               | 4320.6 ms | 71242.8 ms    | 16.5×  |
+//! | 1 create at 100000 records (median of 9) |   30.2 ms |     7.3 ms    |  0.2×  |
+//! | export the 20.6 MB CAR                   |  325.0 ms |  3451.6 ms    | 10.6×  |
+//! | verify that CAR fully                    |  422.2 ms |  5460.5 ms    | 12.9×  |
+//! | import it (verify + store)               |  943.3 ms |  5976.4 ms    |  6.3×  |
+//! | open the 20000-record store (median of 9)|    9.6 ms |  1888.7 ms    | 197.0× |
+//! size on disk: 75.7 MB = 3.67× the CAR (imported: 53.6 MB = 2.60×)
+//! ```
+//!
+//! One create is a whole process (about 7 ms to start on this machine, and
+//! redb's open and close each write and fsync its header) against one
+//! in-memory `applyWrites`: 10× would mean 0.7 ms, below one process start.
+//! The reference keeps no store of its own, so its "open" is reading the
+//! CAR back into memory. Before the event window was read from
+//! `EventSizes`, every `repo apply` read up to 32 MB of retained frames:
+//! 5311 ms for the 100 commits, 56 ms for one create.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -20,9 +48,14 @@ use gelstore::repo::mst::Mst;
 use gelstore::repo::repository::{ImportOptions, Repository, Write, verify_car};
 use gelstore::repo::tid::Tid;
 
-#[path = "common/records.rs"]
+#[path = "../common/records.rs"]
 mod records;
 use records::message;
+
+#[allow(dead_code)] // the tests' support module; this bench uses `npm_ci`
+#[path = "../../tests/support/launch.rs"]
+mod launch;
+mod reference;
 
 const COLL: &str = "chat.gel.assistant.message";
 const SINGLE: usize = 5_000;
@@ -178,6 +211,10 @@ fn main() {
         report.nodes,
         started.elapsed().as_secs_f64()
     );
+    drop(copy);
+
+    // 8. The same work side by side with @atproto/repo.
+    reference::side_by_side(dir.path(), &data, &car_path, total);
 }
 
 /// The 50 newest records' keys, as `listRecords` (reverse=false) takes

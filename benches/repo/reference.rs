@@ -1,0 +1,306 @@
+//! The repository side by side with the reference: the same records written,
+//! exported, verified, imported and opened by whole `gelstore` processes (as
+//! a user runs them) and by `@atproto/repo` in one Node process, in memory
+//! (`tests/reference/repo-ref.mjs bench`; its start-up and the loading of
+//! its inputs are not counted). Both sides run in the same bench run.
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use crate::records::message;
+use crate::{COLL, du, launch};
+
+/// 100 commits of 200 creates (the workload).
+const COMMITS: usize = 100;
+const PER_COMMIT: usize = 200;
+/// Single creates timed on the large repository (the median is printed).
+const CREATES: usize = 9;
+/// `repo info` runs timed for the open time (the median is printed).
+const OPENS: usize = 9;
+
+/// One row: what was done, gelstore's time and the reference's (ms).
+struct Row {
+    work: String,
+    gelstore: f64,
+    reference: f64,
+}
+
+/// Runs both sides. `big` is a repository of `big_records` records that
+/// this run built (its store folder and its exported CAR); its store gets
+/// the single creates.
+pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: usize) {
+    let gelstore = Path::new(env!("CARGO_BIN_EXE_gelstore"));
+    let reference = reference_dir();
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    let rkey = |i: usize| format!("{}.r0", tid(i));
+
+    // The writes, once: gelstore's JSON lines and the reference's batches.
+    let mut gel_batches = Vec::with_capacity(COMMITS);
+    let mut ref_batches = String::new();
+    for c in 0..COMMITS {
+        let mut lines = String::new();
+        let mut batch = Vec::with_capacity(PER_COMMIT);
+        for i in c * PER_COMMIT..(c + 1) * PER_COMMIT {
+            let record = message(i, &mut rng);
+            let key = rkey(i);
+            lines.push_str(&gel_write(&key, &record));
+            lines.push('\n');
+            batch.push(
+                json!({"action": "create", "collection": COLL, "rkey": key, "record": record}),
+            );
+        }
+        gel_batches.push(lines);
+        ref_batches.push_str(&Value::Array(batch).to_string());
+        ref_batches.push('\n');
+    }
+    let creates: Vec<(String, Value)> = (0..CREATES)
+        .map(|k| {
+            (
+                format!("{}.r0", tid(big_records + 1 + k)),
+                message(k, &mut rng),
+            )
+        })
+        .collect();
+
+    // gelstore.
+    let store = work.join("gel");
+    run(gelstore, &store, &["repo", "init"], None);
+    let started = Instant::now();
+    for lines in &gel_batches {
+        run(gelstore, &store, &["repo", "apply"], Some(lines.as_bytes()));
+    }
+    let gel_commits = ms_since(started);
+    let info: Value = serde_json::from_slice(&run(
+        gelstore,
+        &store,
+        &["repo", "info", "--format", "json"],
+        None,
+    ))
+    .expect("repo info JSON");
+    assert_eq!(info["records"], COMMITS * PER_COMMIT, "every write landed");
+    let gel_car = work.join("gel.car");
+    let car_arg = gel_car.to_str().expect("UTF-8 temp path");
+    let started = Instant::now();
+    run(
+        gelstore,
+        &store,
+        &["repo", "export", "--out", car_arg],
+        None,
+    );
+    let gel_export = ms_since(started);
+    let started = Instant::now();
+    let verified = run(
+        gelstore,
+        &store,
+        &["repo", "verify", car_arg, "--format", "json"],
+        None,
+    );
+    let gel_verify = ms_since(started);
+    let verified: Value = serde_json::from_slice(&verified).expect("verify JSON");
+    assert_eq!(verified["records"], COMMITS * PER_COMMIT, "{verified}");
+    let imported = work.join("gel-import");
+    let started = Instant::now();
+    run(gelstore, &imported, &["repo", "import", car_arg], None);
+    let gel_import = ms_since(started);
+    let gel_open = median((0..OPENS).map(|_| {
+        let started = Instant::now();
+        run(gelstore, &store, &["repo", "info"], None);
+        ms_since(started)
+    }));
+    let gel_create = median(creates.iter().map(|(key, record)| {
+        let line = gel_write(key, record);
+        let started = Instant::now();
+        run(
+            gelstore,
+            big_store,
+            &["repo", "apply"],
+            Some(line.as_bytes()),
+        );
+        ms_since(started)
+    }));
+    let store_bytes = du(&store);
+    let import_bytes = du(&imported);
+    let car_bytes = std::fs::metadata(&gel_car).expect("CAR").len();
+
+    // The reference, on the same records.
+    let batches_file = work.join("ref-batches.jsonl");
+    std::fs::write(&batches_file, ref_batches).expect("write batches");
+    let ref_car = work.join("ref.car");
+    let input = json!({
+        "batches": batches_file,
+        "car": ref_car,
+        "big": big_car,
+        "creates": creates
+            .iter()
+            .map(|(key, record)| json!({"action": "create", "collection": COLL, "rkey": key, "record": record}))
+            .collect::<Vec<_>>(),
+    });
+    let out = node(&reference, &["repo-ref.mjs", "bench"], &input);
+    let field = |name: &str| {
+        out[name]
+            .as_f64()
+            .unwrap_or_else(|| panic!("reference bench lacks {name}: {out}"))
+    };
+    let ref_creates: Vec<f64> = out["creates"]
+        .as_array()
+        .expect("creates")
+        .iter()
+        .map(|v| v.as_f64().expect("ms"))
+        .collect();
+    let ref_car_bytes = std::fs::metadata(&ref_car).expect("reference CAR").len();
+
+    let rows = [
+        Row {
+            work: format!("{COMMITS} commits of {PER_COMMIT} creates"),
+            gelstore: gel_commits,
+            reference: field("commits"),
+        },
+        Row {
+            work: format!("1 create at {big_records} records (median of {CREATES})"),
+            gelstore: gel_create,
+            reference: median(ref_creates),
+        },
+        Row {
+            work: format!("export the {:.1} MB CAR", car_bytes as f64 / 1e6),
+            gelstore: gel_export,
+            reference: field("export"),
+        },
+        Row {
+            work: "verify that CAR fully".into(),
+            gelstore: gel_verify,
+            reference: field("verify"),
+        },
+        Row {
+            work: "import it (verify + store)".into(),
+            gelstore: gel_import,
+            reference: field("import"),
+        },
+        Row {
+            work: format!(
+                "open the {}-record store (median of {OPENS})",
+                COMMITS * PER_COMMIT
+            ),
+            gelstore: gel_open,
+            reference: field("open"),
+        },
+    ];
+    println!();
+    println!(
+        "side by side, {} sealed messages: gelstore as whole processes, @atproto/repo in memory in one process",
+        COMMITS * PER_COMMIT
+    );
+    println!("| work | gelstore | @atproto/repo | ratio | goal 10× |");
+    println!("|---|---|---|---|---|");
+    for row in &rows {
+        let ratio = row.reference / row.gelstore;
+        println!(
+            "| {} | {:.1} ms | {:.1} ms | {ratio:.1}× | {} |",
+            row.work,
+            row.gelstore,
+            row.reference,
+            if ratio >= 10.0 { "met" } else { "not met" }
+        );
+    }
+    let ratio = |bytes: u64| bytes as f64 / car_bytes as f64;
+    println!(
+        "| size on disk | {:.1} MB = {:.2}× the CAR (imported: {:.1} MB = {:.2}×) | blocks in memory: the CAR, {:.1} MB | | goal ≤ 1.5×: {} |",
+        store_bytes as f64 / 1e6,
+        ratio(store_bytes),
+        import_bytes as f64 / 1e6,
+        ratio(import_bytes),
+        ref_car_bytes as f64 / 1e6,
+        if ratio(store_bytes) <= 1.5 && ratio(import_bytes) <= 1.5 {
+            "met"
+        } else {
+            "not met"
+        }
+    );
+}
+
+/// A TID-like record key for record `i` (microseconds a millisecond apart).
+fn tid(i: usize) -> String {
+    let base = gelstore::repo::tid::Tid::parse("3lbqzdw5pzk22")
+        .unwrap()
+        .as_u64();
+    gelstore::repo::tid::Tid::from_u64(base + (i as u64) * 1024).to_string()
+}
+
+/// One `repo apply` line.
+fn gel_write(rkey: &str, record: &Value) -> String {
+    json!({"action": "create", "collection": COLL, "rkey": rkey, "value": record}).to_string()
+}
+
+/// Runs `gelstore --data DATA ARGS` with `stdin`; panics unless it succeeds.
+/// Returns its stdout.
+fn run(gelstore: &Path, data: &Path, args: &[&str], stdin: Option<&[u8]>) -> Vec<u8> {
+    let mut child = Command::new(gelstore)
+        .arg("--data")
+        .arg(data)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run gelstore");
+    if let Some(bytes) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin");
+        pipe.write_all(bytes).expect("write stdin");
+    }
+    let output = child.wait_with_output().expect("wait for gelstore");
+    assert!(
+        output.status.success(),
+        "gelstore {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output.stdout
+}
+
+/// Runs the reference harness with `input` on stdin; returns its JSON.
+fn node(dir: &Path, args: &[&str], input: &Value) -> Value {
+    let mut child = Command::new("node")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run node ({e}): Node 20+ must be on PATH"));
+    let mut pipe = child.stdin.take().expect("stdin");
+    pipe.write_all(input.to_string().as_bytes())
+        .expect("write stdin");
+    drop(pipe);
+    let output = child.wait_with_output().expect("wait for node");
+    assert!(
+        output.status.success(),
+        "repo-ref.mjs {args:?} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("reference JSON")
+}
+
+/// `tests/reference`, its npm packages installed.
+fn reference_dir() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference");
+    if !dir.join("node_modules/@atproto/repo/package.json").exists() {
+        launch::npm_ci(&dir, &[], "the side-by-side repository bench");
+    }
+    dir
+}
+
+fn ms_since(started: Instant) -> f64 {
+    started.elapsed().as_secs_f64() * 1e3
+}
+
+fn median(values: impl IntoIterator<Item = f64>) -> f64 {
+    let mut values: Vec<f64> = values.into_iter().collect();
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
