@@ -28,8 +28,12 @@ use gelstore::repo::tid::Tid;
 use gelstore::store::{EngineKind, Table};
 use serde_json::json;
 
+#[allow(dead_code)] // the shared helpers; this bench does not use `ms_since`
+#[path = "common/measure.rs"]
+mod measure;
 #[path = "common/records.rs"]
 mod records;
+use measure::{du, median, ms};
 use records::{message, next};
 
 const NOTE: &str = "app.example.note";
@@ -261,25 +265,4 @@ fn die_holding(data: &Path) -> ! {
 fn reopen(data: &Path) -> Repository {
     std::thread::sleep(Duration::from_millis(100));
     Repository::open(data).expect("open")
-}
-
-fn median(times: impl IntoIterator<Item = Duration>) -> Duration {
-    let mut times: Vec<Duration> = times.into_iter().collect();
-    times.sort();
-    times[times.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn du(path: &Path) -> u64 {
-    let meta = std::fs::symlink_metadata(path).unwrap();
-    if !meta.is_dir() {
-        return meta.len();
-    }
-    std::fs::read_dir(path)
-        .unwrap()
-        .map(|e| du(&e.unwrap().path()))
-        .sum()
 }

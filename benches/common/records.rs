@@ -1,6 +1,6 @@
 //! Records the repository benches write: sealed chat messages like the
 //! project's fixtures, from a seeded xorshift (no RNG crate, the same bytes
-//! every run). Included with `#[path]` by `repo.rs` and `events.rs`.
+//! every run). Included with `#[path]` by `repo/main.rs`, `events.rs` and `store_engines.rs`.
 
 use base64::Engine as _;
 use serde_json::{Value, json};

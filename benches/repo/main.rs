@@ -39,8 +39,7 @@
 //! `EventSizes`, every `repo apply` read up to 32 MB of retained frames:
 //! 5311 ms for the 100 commits, 56 ms for one create.
 
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use gelstore::model::Cid;
 use gelstore::repo::blocks::{BlockSource, StoreError};
@@ -48,8 +47,11 @@ use gelstore::repo::mst::Mst;
 use gelstore::repo::repository::{ImportOptions, Repository, Write, verify_car};
 use gelstore::repo::tid::Tid;
 
+#[path = "../common/measure.rs"]
+mod measure;
 #[path = "../common/records.rs"]
 mod records;
+use measure::{du, median, ms};
 use records::message;
 
 #[allow(dead_code)] // the tests' support module; this bench uses `npm_ci`
@@ -315,28 +317,4 @@ impl BlockSource for Counting<'_> {
         self.reads.set(self.reads.get() + 1);
         self.inner.get(cid)
     }
-}
-
-fn median(times: impl IntoIterator<Item = Duration>) -> Duration {
-    let mut times: Vec<Duration> = times.into_iter().collect();
-    times.sort();
-    times[times.len() / 2]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn du(dir: &Path) -> u64 {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let entry = entry.unwrap();
-        let meta = entry.metadata().unwrap();
-        total += if meta.is_dir() {
-            du(&entry.path())
-        } else {
-            meta.len()
-        };
-    }
-    total
 }

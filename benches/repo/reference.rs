@@ -11,8 +11,9 @@ use std::time::Instant;
 
 use serde_json::{Value, json};
 
+use crate::measure::{du, median, ms_since};
 use crate::records::message;
-use crate::{COLL, du, launch};
+use crate::{COLL, launch};
 
 /// 100 commits of 200 creates (the workload).
 const COMMITS: usize = 100;
@@ -293,14 +294,4 @@ fn reference_dir() -> PathBuf {
         launch::npm_ci(&dir, &[], "the side-by-side repository bench");
     }
     dir
-}
-
-fn ms_since(started: Instant) -> f64 {
-    started.elapsed().as_secs_f64() * 1e3
-}
-
-fn median(values: impl IntoIterator<Item = f64>) -> f64 {
-    let mut values: Vec<f64> = values.into_iter().collect();
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }

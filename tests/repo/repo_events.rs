@@ -429,6 +429,17 @@ fn a_reopened_store_learns_its_window_from_the_sizes_not_the_events() {
     }
     let window = repo.event_window().unwrap();
     drop(repo);
+    // Each events row's key and its bytes (key and value).
+    let event_rows = |engine: &MemoryEngine| -> Vec<(Vec<u8>, u64)> {
+        engine
+            .scan(Table::Events, b"")
+            .map(|row| {
+                let (key, value) = row.unwrap();
+                let bytes = (key.len() + value.len()) as u64;
+                (key, bytes)
+            })
+            .collect()
+    };
     let sizes = |engine: &MemoryEngine| -> Vec<(Vec<u8>, u64)> {
         engine
             .scan(Table::EventSizes, b"")
@@ -438,14 +449,7 @@ fn a_reopened_store_learns_its_window_from_the_sizes_not_the_events() {
             })
             .collect()
     };
-    let rows: Vec<(Vec<u8>, u64)> = memory
-        .scan(Table::Events, b"")
-        .map(|row| {
-            let (key, value) = row.unwrap();
-            let bytes = (key.len() + value.len()) as u64;
-            (key, bytes)
-        })
-        .collect();
+    let rows = event_rows(&memory);
     assert_eq!(sizes(&memory), rows, "one size row per event row");
 
     // Reopened and appended to: the window comes from the sizes, and of
@@ -480,22 +484,12 @@ fn a_reopened_store_learns_its_window_from_the_sizes_not_the_events() {
     memory.write(batch).unwrap();
     let mut repo = Repository::open_engine(memory.clone(), Some(key(7))).unwrap();
     let before = repo.event_window().unwrap();
-    let stored: u64 = memory
-        .scan(Table::Events, b"")
-        .map(|r| r.map(|(k, v)| (k.len() + v.len()) as u64).unwrap())
-        .sum();
+    let stored: u64 = event_rows(&memory).iter().map(|(_, bytes)| bytes).sum();
     assert_eq!(before, (10, stored));
     repo.apply(&[Write::create(THING, "again", thing(0))])
         .unwrap();
     drop(repo);
-    let rows: Vec<(Vec<u8>, u64)> = memory
-        .scan(Table::Events, b"")
-        .map(|row| {
-            let (key, value) = row.unwrap();
-            let bytes = (key.len() + value.len()) as u64;
-            (key, bytes)
-        })
-        .collect();
+    let rows = event_rows(&memory);
     assert_eq!(
         rows.len(),
         11,
