@@ -83,6 +83,9 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
     ))
     .expect("repo info JSON");
     assert_eq!(info["records"], COMMITS * PER_COMMIT, "every write landed");
+    let event_bytes = info["events"]["bytes"]
+        .as_u64()
+        .expect("info's event window");
     let gel_car = work.join("gel.car");
     let car_arg = gel_car.to_str().expect("UTF-8 temp path");
     let started = Instant::now();
@@ -207,14 +210,19 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
         );
     }
     let ratio = |bytes: u64| bytes as f64 / car_bytes as f64;
+    // The goal counts the store without its event window (bounded on its
+    // own: `repo info` reports it).
+    let repository_bytes = store_bytes.saturating_sub(event_bytes);
     println!(
-        "| size on disk | {:.1} MB = {:.2}× the CAR (imported: {:.1} MB = {:.2}×) | blocks in memory: the CAR, {:.1} MB | | goal ≤ 1.5×: {} |",
+        "| size on disk | {:.1} MB = {:.2}× the CAR, of which the event window {:.1} MB: {:.2}× without it (imported, no events: {:.1} MB = {:.2}×) | blocks in memory: the CAR, {:.1} MB | | goal ≤ 1.5×: {} |",
         store_bytes as f64 / 1e6,
         ratio(store_bytes),
+        event_bytes as f64 / 1e6,
+        ratio(repository_bytes),
         import_bytes as f64 / 1e6,
         ratio(import_bytes),
         ref_car_bytes as f64 / 1e6,
-        if ratio(store_bytes) <= 1.5 && ratio(import_bytes) <= 1.5 {
+        if ratio(repository_bytes) <= 1.5 && ratio(import_bytes) <= 1.5 {
             "met"
         } else {
             "not met"

@@ -49,7 +49,7 @@ pub enum RepoCommand {
     Import(ImportArgs),
     /// Verify a repository CAR: commit signature, MST, records.
     Verify(VerifyArgs),
-    /// Print the DID, head commit, rev, MST root and record count.
+    /// Print the DID, head commit, rev, MST root, record count and the retained event window.
     Info(FormatArg),
     /// Check the local store against all its invariants.
     Check(FormatArg),
@@ -548,7 +548,10 @@ fn verify(args: VerifyArgs) -> Result<()> {
 }
 
 fn info(data: &Path, format: Format) -> Result<()> {
-    let repo = Repository::open(data)?;
+    let mut repo = Repository::open(data)?;
+    // The firehose's retained events: what the store holds beside the
+    // repository itself.
+    let (events, event_bytes) = repo.event_window()?;
     match format {
         Format::Human => {
             let head = repo.head();
@@ -559,6 +562,12 @@ fn info(data: &Path, format: Format) -> Result<()> {
             say(format_args!("records  {}", repo.record_count()));
             say(format_args!("engine   {}", repo.engine().name()));
             say(format_args!(
+                "events   {events} kept, {:.1} MB (window: the last {}, at most {:.1} MB)",
+                event_bytes as f64 / 1e6,
+                repo.event_retention(),
+                repo.event_retention_bytes() as f64 / 1e6
+            ));
+            say(format_args!(
                 "writable {}",
                 if repo.is_writable() { "yes" } else { "no" }
             ));
@@ -567,6 +576,7 @@ fn info(data: &Path, format: Format) -> Result<()> {
             let mut v = head_json(&repo);
             v["writable"] = json!(repo.is_writable());
             v["engine"] = json!(repo.engine().name());
+            v["events"] = json!({"count": events, "bytes": event_bytes});
             say(v)
         }
     }

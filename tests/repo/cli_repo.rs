@@ -81,6 +81,8 @@ fn init_is_idempotent_and_keeps_the_key_private() {
     let head = info(&data);
     assert_eq!(head["did"], did.trim());
     assert_eq!(head["records"], 0);
+    assert_eq!(head["events"]["count"], 1, "the init commit's event");
+    assert!(head["events"]["bytes"].as_u64().unwrap() > 0, "{head}");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -360,6 +362,7 @@ fn export_verify_import_round_trip() {
         .collect();
     ok(&gelstore(&a, &["repo", "apply"], &batch));
     let first = info(&a);
+    assert_eq!(first["events"]["count"], 2, "{first}");
     ok(&gelstore(
         &a,
         &["repo", "apply"],
