@@ -31,9 +31,11 @@
 //! size on disk: 75.7 MB = 3.67× the CAR (imported: 53.6 MB = 2.60×)
 //! ```
 //!
-//! One create is a whole process (about 7 ms to start on this machine, and
-//! redb's open and close each write and fsync its header) against one
-//! in-memory `applyWrites`: 10× would mean 0.7 ms, below one process start.
+//! One create is a whole process against one in-memory `applyWrites`: 10×
+//! would mean 0.7 ms, below the start of a process that does nothing (the
+//! bench prints that floor, `gelstore --version`, under the table); and
+//! redb's open and close write and fsync its header and allocator state
+//! (`strace -c gelstore repo info`: 5 `fdatasync`s).
 //! The reference keeps no store of its own, so its "open" is reading the
 //! CAR back into memory. Before the event window was read from
 //! `EventSizes`, every `repo apply` read up to 32 MB of retained frames:
@@ -54,10 +56,12 @@ mod records;
 use measure::{du, median, ms};
 use records::message;
 
-#[allow(dead_code)] // the tests' support module; this bench uses `npm_ci`
+#[allow(dead_code)] // the tests' support module; the reference harness uses `npm_ci`
 #[path = "../../tests/support/launch.rs"]
 mod launch;
 mod reference;
+#[path = "../../tests/support/reference_harness.rs"]
+mod reference_harness;
 
 const COLL: &str = "chat.gel.assistant.message";
 const SINGLE: usize = 5_000;

@@ -5,15 +5,16 @@
 //! its inputs are not counted). Both sides run in the same bench run.
 
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use serde_json::{Value, json};
 
+use crate::COLL;
 use crate::measure::{du, median, ms_since};
 use crate::records::message;
-use crate::{COLL, launch};
+use crate::reference_harness::repo_ref;
 
 /// 100 commits of 200 creates (the workload).
 const COMMITS: usize = 100;
@@ -35,7 +36,6 @@ struct Row {
 /// the single creates.
 pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: usize) {
     let gelstore = Path::new(env!("CARGO_BIN_EXE_gelstore"));
-    let reference = reference_dir();
     let mut rng = 0x2545_f491_4f6c_dd1d_u64;
     let rkey = |i: usize| format!("{}.r0", tid(i));
 
@@ -126,6 +126,12 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
         );
         ms_since(started)
     }));
+    // The floor under every whole-process figure: starting the binary.
+    let gel_start = median((0..OPENS).map(|_| {
+        let started = Instant::now();
+        run(gelstore, &store, &["--version"], None);
+        ms_since(started)
+    }));
     let store_bytes = du(&store);
     let import_bytes = du(&imported);
     let car_bytes = std::fs::metadata(&gel_car).expect("CAR").len();
@@ -143,7 +149,7 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
             .map(|(key, record)| json!({"action": "create", "collection": COLL, "rkey": key, "record": record}))
             .collect::<Vec<_>>(),
     });
-    let out = node(&reference, &["repo-ref.mjs", "bench"], &input);
+    let out = repo_ref(&["bench"], Some(&input));
     let field = |name: &str| {
         out[name]
             .as_f64()
@@ -228,6 +234,9 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
             "not met"
         }
     );
+    println!(
+        "(a gelstore process that does nothing, `gelstore --version`: {gel_start:.1} ms, median of {OPENS})"
+    );
 }
 
 /// A TID-like record key for record `i` (microseconds a millisecond apart).
@@ -270,36 +279,4 @@ fn run(gelstore: &Path, data: &Path, args: &[&str], stdin: Option<&[u8]>) -> Vec
         String::from_utf8_lossy(&output.stderr)
     );
     output.stdout
-}
-
-/// Runs the reference harness with `input` on stdin; returns its JSON.
-fn node(dir: &Path, args: &[&str], input: &Value) -> Value {
-    let mut child = Command::new("node")
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run node ({e}): Node 20+ must be on PATH"));
-    let mut pipe = child.stdin.take().expect("stdin");
-    pipe.write_all(input.to_string().as_bytes())
-        .expect("write stdin");
-    drop(pipe);
-    let output = child.wait_with_output().expect("wait for node");
-    assert!(
-        output.status.success(),
-        "repo-ref.mjs {args:?} failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).expect("reference JSON")
-}
-
-/// `tests/reference`, its npm packages installed.
-fn reference_dir() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference");
-    if !dir.join("node_modules/@atproto/repo/package.json").exists() {
-        launch::npm_ci(&dir, &[], "the side-by-side repository bench");
-    }
-    dir
 }

@@ -12,15 +12,11 @@
 //! Needs Node (20+) and npm. The first run installs the harness with
 //! `npm ci` into `tests/reference/node_modules` (the npm registry only).
 
-use crate::support::launch;
+use crate::support::reference_harness::repo_ref as reference;
 
 use crate::support::fixtures;
 
 use std::collections::BTreeMap;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 use gelstore::model::{Cid, cid_for_cbor, parse_cid, record_cid};
 use gelstore::repo::blocks::MemoryBlocks;
@@ -34,57 +30,6 @@ use gelstore::repo::verify::{SignatureCheck, SignatureStatus, VerifyOptions, ver
 use serde_json::{Value, json};
 
 use fixtures::{Rng, build_repo, random_records};
-
-fn reference_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/reference")
-}
-
-/// Installs the harness's npm packages once, if they are not there yet.
-fn ensure_installed() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let dir = reference_dir();
-        if dir.join("node_modules/@atproto/repo/package.json").exists() {
-            return dir;
-        }
-        launch::npm_ci(
-            &dir,
-            &[],
-            "the reference differential tests (tests/reference)",
-        );
-        dir
-    })
-}
-
-/// Runs `repo-ref.mjs` with `args` and `input` on stdin; returns its JSON.
-fn reference(args: &[&str], input: Option<&Value>) -> Value {
-    let dir = ensure_installed();
-    let mut child = Command::new("node")
-        .arg("repo-ref.mjs")
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run node ({e}): Node 20+ must be on PATH"));
-    let body = input.map(|v| v.to_string()).unwrap_or_default();
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || stdin.write_all(body.as_bytes()));
-    let output = child.wait_with_output().unwrap();
-    writer.join().unwrap().unwrap();
-    assert!(
-        output.status.success(),
-        "repo-ref.mjs {args:?} failed:\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!(
-            "repo-ref.mjs {args:?}: bad output ({e}): {}",
-            String::from_utf8_lossy(&output.stdout)
-        )
-    })
-}
 
 fn cid(value: &Value) -> Cid {
     parse_cid(value.as_str().unwrap()).unwrap()

@@ -11,5 +11,6 @@ pub mod pds;
 pub mod peer;
 pub mod provider;
 pub mod proxy;
+pub mod reference_harness;
 pub mod seal_rng;
 pub mod serve;

@@ -40,8 +40,8 @@ pub(crate) struct EventLog {
     /// How many bytes of rows (key and value) are kept; the newest event is
     /// kept whatever its size.
     retention_bytes: u64,
-    /// The seq and row bytes of every stored event, oldest first, and their
-    /// total; `None` until read from the store (after opening), since a
+    /// The sizes of the stored events; `None` until read from the store
+    /// (after opening), since a
     /// store written with a larger window may hold more rows than this one
     /// keeps.
     window: Option<Window>,
@@ -54,12 +54,10 @@ struct Window {
     rows: VecDeque<(u64, u64)>,
     /// The sum of the rows' bytes.
     total: u64,
-    /// Whether `EventSizes` lacks rows of `rows` (they were counted from the
-    /// events themselves); the next append writes them all.
-    unsaved: bool,
-    /// `EventSizes` keys found not to match the events (deleted with the
-    /// next append).
-    stale: Vec<u64>,
+    /// Set when `EventSizes` did not match the events (the sizes were
+    /// counted from the events themselves): the `EventSizes` keys found
+    /// then. The next append deletes them and writes the sizes of `rows`.
+    resave: Option<Vec<u64>>,
 }
 
 impl EventLog {
@@ -143,9 +141,9 @@ impl EventLog {
             _ => oldest(engine)?.is_none(),
         };
         if !whole {
-            let stale: Vec<u64> = window.rows.iter().map(|&(seq, _)| seq).collect();
+            let stale = window.rows.iter().map(|&(seq, _)| seq).collect();
             window = Window {
-                stale,
+                resave: Some(stale),
                 ..Window::default()
             };
             for row in engine.scan(Table::Events, b"") {
@@ -154,7 +152,6 @@ impl EventLog {
                 window.rows.push_back((parse_seq(&key)?, bytes));
                 window.total += bytes;
             }
-            window.unsaved = true;
         }
         self.window = Some(window);
         Ok(())
@@ -211,9 +208,9 @@ impl EventLog {
         // this batch is never written.
         self.load_window(engine)?;
         if let Some(window) = &self.window {
-            if window.unsaved {
+            if let Some(stale) = &window.resave {
                 let first = window.rows.front().map_or(u64::MAX, |&(seq, _)| seq);
-                for &seq in &window.stale {
+                for &seq in stale {
                     // `rows` runs from `first` to the last seq without a gap.
                     if seq < first {
                         batch.delete(Table::EventSizes, seq.to_be_bytes());
@@ -248,8 +245,7 @@ impl EventLog {
             }
             window.rows.push_back((event.seq, bytes));
             window.total += bytes;
-            window.unsaved = false;
-            window.stale.clear();
+            window.resave = None;
         }
     }
 }
