@@ -17,8 +17,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use gelstore::crypto::{KeyAlgorithm, PublicKey, SigningKey};
 use gelstore::repo::events::{Frame, decode_frame, verify_commit};
-use gelstore::repo::keys::{KeyAlgorithm, PublicKey, SigningKey};
 use gelstore::repo::repository::{Repository, Write};
 use gelstore::repo::tid::Tid;
 use gelstore::store::MemoryEngine;

@@ -7,7 +7,7 @@
 
 use gelstore::model::cid_for_cbor;
 use gelstore::repo::commit::Commit;
-use gelstore::repo::keys::{KeyAlgorithm, SigningKey};
+use gelstore::crypto::{KeyAlgorithm, SigningKey};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

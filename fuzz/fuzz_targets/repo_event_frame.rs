@@ -8,7 +8,7 @@
 #![no_main]
 
 use gelstore::repo::events::{Frame, decode_frame, error_frame, info_frame, verify_commit};
-use gelstore::repo::keys::{KeyAlgorithm, SigningKey};
+use gelstore::crypto::{KeyAlgorithm, SigningKey};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -14,9 +14,9 @@ use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
 use super::{Failure, Format, Outcome, finish, say};
+use crate::crypto::PublicKey;
 use crate::model::parse_cid;
 use crate::repo::identity::IdentityError;
-use crate::repo::keys::PublicKey;
 use crate::repo::mst::RecordOp;
 use crate::repo::repository::{
     CommitInfo, ImportOptions, RepoError, Repository, Write, verify_car,

@@ -225,7 +225,7 @@ pub fn wrap_to_value(wrap: &KeyWrap) -> Result<Value, DeviceError> {
 pub fn device_to_value(
     public_key: &[u8; 32],
     name: Option<&str>,
-    signing: Option<(&crate::repo::keys::SigningKey, &PairingCode)>,
+    signing: Option<(&crate::crypto::SigningKey, &PairingCode)>,
 ) -> Result<Value, DeviceError> {
     let bad = |reason: String| DeviceError::Record {
         collection: DEVICE_COLLECTION,

@@ -17,8 +17,8 @@ use hickory_resolver::proto::xfer::Protocol;
 use serde_json::Value;
 
 use super::LexNetError;
+use crate::crypto::PublicKey;
 use crate::model::{decode_dag_cbor, ipld_to_json};
-use crate::repo::keys::PublicKey;
 use crate::repo::proof::verify_record_proof;
 use crate::repo::verify::{SignatureCheck, VerifyOptions};
 

@@ -12,7 +12,7 @@
 //! | `sig`     | bytes: signature over the unsigned commit |
 //!
 //! Signing: encode the commit without `sig` as DAG-CBOR, and sign those
-//! bytes (SHA-256, low-S compact ECDSA; see [`keys`](super::keys)).
+//! bytes (SHA-256, low-S compact ECDSA; see [`keys`](crate::crypto)).
 //!
 //! Decoding untrusted bytes is strict: canonical DAG-CBOR (checked by
 //! [`decode_dag_cbor`]), every field present with its type, no other
@@ -25,8 +25,8 @@ use cid::Cid;
 use ipld_core::ipld::Ipld;
 use thiserror::Error;
 
-use super::keys::{KeyError, PublicKey, SignatureError, SigningKey};
 use super::tid::{Tid, TidError};
+use crate::crypto::{KeyError, PublicKey, SignatureError, SigningKey};
 use crate::model::{
     DAG_CBOR_CODEC, DataModelError, cid_for_cbor, decode_dag_cbor, encode_dag_cbor,
 };
@@ -355,8 +355,8 @@ fn check_link(field: &'static str, cid: &Cid) -> Result<(), CommitError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crypto::KeyAlgorithm;
     use crate::model::cid_for_blob;
-    use crate::repo::keys::KeyAlgorithm;
 
     const DID: &str = "did:plc:ewvi7nxzyoun6zhxrhs64oiz";
 

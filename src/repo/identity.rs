@@ -12,7 +12,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::keys::{KeyAlgorithm, KeyError, PRIVATE_KEY_LEN, SigningKey};
+use crate::crypto::{KeyAlgorithm, KeyError, PRIVATE_KEY_LEN, SigningKey};
 
 /// Why the identity file could not be read or written.
 #[derive(Debug, thiserror::Error)]

@@ -3,7 +3,7 @@
 //! - [`blobs`]: the data folder's blob files and the blob references in records.
 //! - [`blocks`]: the block source/sink traits every part reads and writes.
 //! - [`mst`]: the Merkle Search Tree.
-//! - [`commit`], [`keys`], [`tid`]: signed commits, keys, revisions.
+//! - [`commit`], [`tid`]: signed commits and revisions (keys: `gelstore_crypto`).
 //! - [`car`]: CAR v1 reading and writing.
 //! - [`export`]: a whole repository as a CAR, in streamable order.
 //! - [`verify`]: checking a whole repository (CAR or block source) from
@@ -25,7 +25,7 @@ pub mod commit;
 pub mod events;
 pub mod export;
 pub mod identity;
-pub mod keys;
+
 pub mod mst;
 pub mod proof;
 pub mod records;

@@ -37,9 +37,9 @@ use thiserror::Error;
 use super::blocks::{BlockSource, StoreError};
 use super::car::{Car, CarError, CarLimits};
 use super::commit::{Commit, CommitError};
-use super::keys::{KeyError, PublicKey, SignatureError};
 use super::mst::{Mst, MstError, Visit};
 use super::tid::Tid;
+use crate::crypto::{KeyError, PublicKey, SignatureError};
 use crate::model::{DAG_CBOR_CODEC, DataModelError, check_record, cid_for_cbor, decode_dag_cbor};
 
 /// How to treat the commit signature. There is no default: a caller that

@@ -840,7 +840,7 @@ impl Keyring {
     }
 
     /// The roster entry this device signs with, refusing if it has none.
-    fn signer(&self) -> Result<crate::repo::keys::SigningKey> {
+    fn signer(&self) -> Result<crate::crypto::SigningKey> {
         let key = self.device.signing_key();
         let did_key = key.public_key().to_did_key();
         let standing = self.log.standing();

@@ -178,8 +178,8 @@ impl DeviceKey {
     /// X25519 secret with HKDF-SHA256 so a device keeps one secret file.
     /// The two uses are kept apart by the HKDF label; neither key reveals
     /// the other.
-    pub fn signing_key(&self) -> crate::repo::keys::SigningKey {
-        use crate::repo::keys::{KeyAlgorithm, SigningKey};
+    pub fn signing_key(&self) -> crate::crypto::SigningKey {
+        use crate::crypto::{KeyAlgorithm, SigningKey};
         let hk = hkdf::Hkdf::<sha2::Sha256>::new(
             Some(b"gelstore/device-signing-key/v1"),
             self.0.secret_bytes(),

@@ -37,12 +37,12 @@ use serde_json::Value;
 
 use super::error::{Result, SealError};
 use super::keys::KEY_LEN;
+use crate::crypto::{PublicKey, SigningKey};
 use crate::lexicon::chat::gel::assistant::membership::{
     Member as MemberRecord, Membership as ChangeRecord,
 };
 use crate::lexicon_runtime::{Bytes, CidLink, Datetime, Did, RecordKey};
 use crate::model::{Cid, record_cid, record_to_dag_cbor};
-use crate::repo::keys::{PublicKey, SigningKey};
 
 /// Collection of membership change records.
 pub const MEMBERSHIP_COLLECTION: &str = crate::lexicon::chat::gel::assistant::membership::NSID;

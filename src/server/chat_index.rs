@@ -273,7 +273,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::repo::keys::{KeyAlgorithm, SigningKey};
+    use crate::crypto::{KeyAlgorithm, SigningKey};
     use crate::repo::repository::Write;
     use crate::store::MemoryEngine;
 

@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 
 use serde_json::{Value, json};
 
-use crate::repo::keys::PublicKey;
+use crate::crypto::PublicKey;
 
 /// The base URL and the did:web of a server bound to `addr`.
 pub fn service_for(addr: SocketAddr) -> (String, String) {

@@ -451,7 +451,7 @@ async fn keep_plc_current(
     data: &std::path::Path,
     options: &ServeOptions,
     did: &str,
-    key: &crate::repo::keys::SigningKey,
+    key: &crate::crypto::SigningKey,
     handle: &str,
     service: &str,
 ) {

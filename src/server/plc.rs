@@ -17,8 +17,8 @@ use sha2::{Digest, Sha256};
 
 use std::path::Path;
 
+use crate::crypto::SigningKey;
 use crate::model::{cid_for_cbor, encode_dag_cbor, json_to_ipld};
-use crate::repo::keys::SigningKey;
 use crate::store::files::write_private;
 
 /// Why registering failed.
@@ -244,7 +244,7 @@ pub async fn register(plc: &str, did: &str, op: &Value) -> Result<(), PlcError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::repo::keys::KeyAlgorithm;
+    use crate::crypto::KeyAlgorithm;
 
     /// `op`'s `sig` is `key`'s signature of the rest.
     fn assert_signed_by(op: &Value, key: &SigningKey) {

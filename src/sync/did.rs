@@ -11,7 +11,7 @@
 use serde_json::Value;
 
 use super::SyncError;
-use crate::repo::keys::{KeyAlgorithm, KeyError, PublicKey};
+use crate::crypto::{KeyAlgorithm, KeyError, PublicKey};
 
 /// The URL of `did`'s document (`plc` is used for did:plc only).
 pub fn document_url(did: &str, plc: &str) -> Result<String, SyncError> {

@@ -282,8 +282,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::crypto::{KeyAlgorithm, SigningKey};
     use crate::repo::blocks::MemoryBlocks;
-    use crate::repo::keys::{KeyAlgorithm, SigningKey};
     use crate::repo::mst::Mst;
     use crate::repo::records::prepare_record;
     use crate::store::MemoryEngine;

@@ -27,9 +27,9 @@ use cid::Cid;
 use serde::{Deserialize, Serialize};
 
 use super::{COLLECTION_PREFIX, Session, SyncError, SyncState, parse_marker_cid};
+use crate::crypto::PublicKey;
 use crate::repo::blocks::{BlockSource, MemoryBlocks, StoreError};
 use crate::repo::car::Car;
-use crate::repo::keys::PublicKey;
 use crate::repo::mst::Mst;
 use crate::repo::repository::{RepoError, Repository};
 use crate::repo::verify::{SignatureCheck, VerifyOptions, verify_repo, verify_repo_car};
@@ -275,7 +275,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::repo::keys::{KeyAlgorithm, SigningKey};
+    use crate::crypto::{KeyAlgorithm, SigningKey};
     use crate::repo::repository::Write;
     use crate::store::MemoryEngine;
 

@@ -15,8 +15,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{COLLECTION_PREFIX, RemoteHead, Session, SyncError, SyncState, batch, mirror};
+use crate::crypto::PublicKey;
 use crate::repo::blobs::{BlobStore, blob_refs_in};
-use crate::repo::keys::PublicKey;
 use crate::repo::repository::{RepoError, Repository};
 
 /// What a push did.

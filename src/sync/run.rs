@@ -16,9 +16,9 @@ use super::{
     COLLECTION_PREFIX, MergeReport, NoProgress, Progress, PushReport, ResealOutcome, Session,
     SyncError, SyncState, did, merge, mirror, stored,
 };
+use crate::crypto::PublicKey;
 use crate::repo::blobs::{BlobStore, blob_refs_in};
 use crate::repo::blocks::MemoryBlocks;
-use crate::repo::keys::PublicKey;
 use crate::repo::mst::Mst;
 use crate::repo::repository::{RepoError, Repository};
 use crate::repo::verify::{SignatureCheck, VerifyOptions, verify_repo_car};
@@ -405,7 +405,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::repo::keys::{KeyAlgorithm, SigningKey};
+    use crate::crypto::{KeyAlgorithm, SigningKey};
     use crate::repo::repository::Write;
     use crate::store::MemoryEngine;
 

@@ -233,7 +233,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::repo::keys::{KeyAlgorithm, SigningKey};
+    use crate::crypto::{KeyAlgorithm, SigningKey};
     use crate::store::MemoryEngine;
 
     fn cid(n: u64) -> Cid {

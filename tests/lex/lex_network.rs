@@ -582,7 +582,7 @@ struct HostilePds {
 
 impl HostilePds {
     fn start(nsid: &str, schema: &Value) -> HostilePds {
-        use gelstore::repo::keys::{KeyAlgorithm, SigningKey};
+        use gelstore::crypto::{KeyAlgorithm, SigningKey};
         use gelstore::repo::repository::{Repository, Write};
         use std::io::{BufRead, BufReader, Write as _};
 

@@ -4,7 +4,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD_NO_PAD;
 use cid::multibase::{self, Base};
-use gelstore::repo::keys::{KeyAlgorithm, PublicKey, SignatureError, SigningKey};
+use gelstore::crypto::{KeyAlgorithm, PublicKey, SignatureError, SigningKey};
 
 use crate::support::fixtures;
 use fixtures::{interop_cases, str_field};

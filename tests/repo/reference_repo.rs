@@ -18,10 +18,10 @@ use crate::support::fixtures;
 
 use std::collections::BTreeMap;
 
+use gelstore::crypto::{KeyAlgorithm, SigningKey};
 use gelstore::model::{Cid, cid_for_cbor, parse_cid, record_cid};
 use gelstore::repo::blocks::MemoryBlocks;
 use gelstore::repo::export::export_repo_to_vec;
-use gelstore::repo::keys::{KeyAlgorithm, SigningKey};
 use gelstore::repo::mst::Mst;
 use gelstore::repo::proof::{verify_record_proof, write_record_proof};
 use gelstore::repo::repository::{ImportOptions, Repository};

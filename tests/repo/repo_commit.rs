@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
+use gelstore::crypto::{KeyAlgorithm, SignatureError, SigningKey};
 use gelstore::model::{Cid, DataModelError, Ipld, cid_for_blob, cid_for_cbor, encode_dag_cbor};
 use gelstore::repo::commit::{Commit, CommitError, UnsignedCommit};
-use gelstore::repo::keys::{KeyAlgorithm, SignatureError, SigningKey};
 use gelstore::repo::tid::{Tid, TidClock};
 
 const DID: &str = "did:plc:ewvi7nxzyoun6zhxrhs64oiz";

@@ -116,8 +116,8 @@ fn verify_store(data: &Path, engine: EngineKind) -> u64 {
 /// commit's and one per apply), and the last few verify as a chain ending
 /// at the head: an event exists iff its commit does.
 fn check_events(repo: &Repository, c: u64) {
+    use gelstore::crypto::PublicKey;
     use gelstore::repo::events::{Frame, decode_frame, verify_commit};
-    use gelstore::repo::keys::PublicKey;
     assert_eq!(
         repo.last_event_seq().unwrap(),
         Some(c + 1),

@@ -14,12 +14,12 @@ use gelstore::lexicon_runtime::Validate;
 use gelstore::model::{self, Cid, Ipld};
 
 use fixtures::split_frame;
+use gelstore::crypto::{KeyAlgorithm, PublicKey, SigningKey};
 use gelstore::repo::car::{Car, CarWriter};
 use gelstore::repo::events::{
     CommitEvent, EventError, Frame, OpAction, RepoEvent, VerifyEventError, decode_frame,
     error_frame, info_frame, outdated_cursor_frame, verify_commit,
 };
-use gelstore::repo::keys::{KeyAlgorithm, PublicKey, SigningKey};
 use gelstore::repo::mst::MstError;
 use gelstore::repo::repository::{RepoError, Repository, Write};
 use gelstore::store::MemoryEngine;

@@ -14,8 +14,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, OnceLock};
 
 use base64::Engine as _;
+use gelstore::crypto::{KeyAlgorithm, SigningKey};
 use gelstore::model::{Ipld, decode_dag_cbor, encode_dag_cbor};
-use gelstore::repo::keys::{KeyAlgorithm, SigningKey};
 use gelstore::repo::repository::{Repository, Write};
 use gelstore::store::MemoryEngine;
 use serde_json::{Value, json};

@@ -14,12 +14,12 @@ use crate::support::fixtures;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use gelstore::crypto::{KeyAlgorithm, SigningKey};
 use gelstore::model::{Cid, Ipld, cid_for_blob, cid_for_cbor, encode_dag_cbor};
 use gelstore::repo::blocks::MemoryBlocks;
 use gelstore::repo::car::{Car, CarLimits, CarWriter};
 use gelstore::repo::commit::{Commit, UnsignedCommit};
 use gelstore::repo::export::export_repo_to_vec;
-use gelstore::repo::keys::{KeyAlgorithm, SigningKey};
 use gelstore::repo::mst::{Mst, MstError};
 use gelstore::repo::proof::{record_proof, verify_record_proof};
 use gelstore::repo::tid::Tid;

@@ -5,6 +5,7 @@ use crate::support::fixtures;
 
 use std::collections::{BTreeMap, HashSet};
 
+use gelstore::crypto::{KeyAlgorithm, PublicKey, SignatureError, SigningKey};
 use gelstore::model::{Cid, DataModelError, cid_for_blob, cid_for_cbor, encode_dag_cbor};
 use gelstore::repo::blocks::{BlockSource, MemoryBlocks};
 use gelstore::repo::car::{Car, CarError, CarWriter};
@@ -13,7 +14,6 @@ use gelstore::repo::export::{
     ExportError, ExportOptions, MissingRecords, export_repo, export_repo_to_vec, export_repo_with,
     repo_blocks,
 };
-use gelstore::repo::keys::{KeyAlgorithm, PublicKey, SignatureError, SigningKey};
 use gelstore::repo::mst::{Mst, MstError};
 use gelstore::repo::proof::{record_proof, verify_record_proof, write_record_proof};
 use gelstore::repo::tid::Tid;

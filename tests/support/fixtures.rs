@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use gelstore::crypto::SigningKey;
 use gelstore::model::{Cid, cid_for_cbor, record_to_dag_cbor};
 use gelstore::repo::blocks::{BlockSink, MemoryBlocks};
 use gelstore::repo::commit::UnsignedCommit;
-use gelstore::repo::keys::SigningKey;
 use gelstore::repo::mst::Mst;
 use gelstore::repo::tid::Tid;
 use serde_json::{Value, json};

@@ -8,8 +8,8 @@ use crate::support::peer;
 
 use std::path::{Path, PathBuf};
 
+use gelstore::crypto::{KeyAlgorithm, PublicKey};
 use gelstore::repo::blocks::MemoryBlocks;
-use gelstore::repo::keys::{KeyAlgorithm, PublicKey};
 use gelstore::repo::mst::Mst;
 use gelstore::repo::repository::{Repository, Write};
 use gelstore::repo::verify::{SignatureCheck, SignatureStatus, VerifyOptions, verify_repo_car};

@@ -24,9 +24,9 @@ use std::collections::BTreeSet;
 use cid::Cid;
 
 use super::frame::{CommitEvent, OpAction};
+use crate::crypto::PublicKey;
 use crate::repo::car::{Car, CarError};
 use crate::repo::commit::{Commit, CommitError};
-use crate::repo::keys::PublicKey;
 use crate::repo::mst::{Mst, MstError, RecordOp};
 use crate::repo::verify::{check_record_block, check_repo_path};
 

@@ -7,8 +7,8 @@ use cid::Cid;
 
 use super::refs::{RefRow, parse_revlog_key};
 use super::{RepoError, Repository};
+use crate::crypto::PublicKey;
 use crate::repo::blocks::MemoryBlocks;
-use crate::repo::keys::PublicKey;
 use crate::repo::mst::{Mst, Visit};
 use crate::repo::verify::{SignatureCheck, VerifyOptions, verify_repo};
 use crate::store::Table;

@@ -156,7 +156,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::repo::keys::{KeyAlgorithm, SigningKey};
+    use crate::crypto::{KeyAlgorithm, SigningKey};
     use crate::repo::repository::Write;
     use crate::store::MemoryEngine;
 

@@ -18,10 +18,10 @@ use super::{
     FORMAT, META_DID, META_FORMAT, META_HEAD, META_RECORDS, RepoError, Repository, is_initialized,
     store_path, with_path,
 };
+use crate::crypto::{PublicKey, SigningKey};
 use crate::repo::car::{Car, CarLimits};
 use crate::repo::commit::Commit;
 use crate::repo::identity;
-use crate::repo::keys::{PublicKey, SigningKey};
 use crate::repo::verify::{
     RepoSummary, SignatureCheck, VerifiedRepo, VerifyError, VerifyOptions, shorten, single_root,
     verify_with_nodes,

@@ -84,11 +84,11 @@ use super::commit::{Commit, CommitError, UnsignedCommit};
 use super::events::{EventError, EventLog};
 use super::export::ExportError;
 use super::identity::{self, IdentityError};
-use super::keys::SigningKey;
 use super::mst::{Mst, MstError, RecordOp};
 use super::records::{RecordError, check_collection, prepare_record, repo_key};
 use super::tid::{Tid, TidClock, TidError};
 use super::verify::VerifyError;
+use crate::crypto::SigningKey;
 use crate::model::{decode_dag_cbor, ipld_to_json};
 use crate::store::{Batch, Engine, EngineError, EngineKind, Table, open_store};
 

@@ -4,9 +4,9 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::*;
+use crate::crypto::KeyAlgorithm;
 use crate::repo::blocks::MemoryBlocks;
 use crate::repo::car::Car;
-use crate::repo::keys::KeyAlgorithm;
 use crate::store::MemoryEngine;
 
 const THING: &str = "com.example.thing";

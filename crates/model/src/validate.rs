@@ -150,7 +150,7 @@ pub(crate) fn kind_name(value: &Ipld) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cid::{cid_for_blob, cid_for_cbor};
+    use crate::cid::{cid_for_blob, cid_for_cbor};
 
     fn map(entries: &[(&str, Ipld)]) -> Ipld {
         Ipld::Map(

@@ -264,8 +264,8 @@ fn write_map<'v>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::cid::{cid_for_blob, cid_for_cbor};
-    use crate::model::{MAX_DEPTH, encode_dag_cbor};
+    use crate::cid::{cid_for_blob, cid_for_cbor};
+    use crate::{MAX_DEPTH, encode_dag_cbor};
 
     fn map(entries: &[(&str, Ipld)]) -> Ipld {
         Ipld::Map(

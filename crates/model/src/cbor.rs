@@ -57,8 +57,8 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::model::MAX_DEPTH;
-    use crate::model::cid::cid_for_cbor;
+    use crate::MAX_DEPTH;
+    use crate::cid::cid_for_cbor;
 
     fn decode_err(bytes: &[u8]) -> DataModelError {
         match decode_dag_cbor(bytes) {
@@ -101,7 +101,7 @@ mod tests {
                 max: MAX_CBOR_SIZE,
             });
         }
-        crate::model::scan::scan(bytes)?;
+        crate::scan::scan(bytes)?;
         let value: Ipld = serde_ipld_dagcbor::from_slice(bytes)
             .map_err(|e| DataModelError::Codec(format!("decoding failed: {e}")))?;
         if encode_dag_cbor(&value)? != bytes {
@@ -114,10 +114,7 @@ mod tests {
     fn decodes_as_re_encoding_and_comparing_did() {
         let blob = Ipld::Map(BTreeMap::from([
             ("$type".to_owned(), Ipld::String("blob".to_owned())),
-            (
-                "ref".to_owned(),
-                Ipld::Link(crate::model::cid_for_blob(b"b")),
-            ),
+            ("ref".to_owned(), Ipld::Link(crate::cid_for_blob(b"b"))),
             ("mimeType".to_owned(), Ipld::String("a/b".to_owned())),
             ("size".to_owned(), Ipld::Integer(300)),
         ]));

@@ -15,6 +15,17 @@
 //!
 //! A private key is stored as its 32-byte big-endian scalar
 //! ([`SigningKey::to_bytes`], [`SigningKey::from_bytes`]).
+//!
+//! ```
+//! use gelstore_crypto::{KeyAlgorithm, PublicKey, SigningKey};
+//!
+//! let key = SigningKey::generate(KeyAlgorithm::P256).unwrap();
+//! let signature = key.sign(b"a commit's bytes");
+//! // A verifier that knows only the did:key.
+//! let public = PublicKey::from_did_key(&key.public_key().to_did_key()).unwrap();
+//! public.verify(b"a commit's bytes", &signature).unwrap();
+//! assert!(public.verify(b"other bytes", &signature).is_err());
+//! ```
 
 use std::fmt;
 

@@ -28,6 +28,19 @@
 //!   `mimeType` (non-empty string) and `size` (integer ≥ 1).
 //! - Limits: [`MAX_DEPTH`] nested lists/maps and [`MAX_CBOR_SIZE`] bytes per
 //!   DAG-CBOR block, on both encode and decode.
+//!
+//! ```
+//! use gelstore_model::{cid_for_cbor, decode_dag_cbor, encode_dag_cbor, ipld_to_json, json_to_ipld};
+//!
+//! let json = serde_json::json!({"$type": "com.example.note", "text": "hi", "n": 3});
+//! let value = json_to_ipld(&json).unwrap();
+//! let block = encode_dag_cbor(&value).unwrap();
+//! assert_eq!(decode_dag_cbor(&block).unwrap(), value);
+//! assert_eq!(ipld_to_json(&value).unwrap(), json);
+//! println!("{}", cid_for_cbor(&block)); // bafyrei…
+//! // Floats are not in the data model.
+//! assert!(json_to_ipld(&serde_json::json!({"x": 1.5})).is_err());
+//! ```
 
 mod cbor;
 mod cid;
@@ -47,7 +60,7 @@ pub use self::cid::{
     cid_from_bytes, parse_cid,
 };
 pub use self::error::{DataModelError, Result};
-pub(crate) use self::json::BASE64;
+pub use self::json::BASE64;
 pub use self::json::{ipld_to_json, json_to_ipld, record_from_json};
 pub use self::time::now_datetime;
 pub use self::validate::{check_data_model, check_record};

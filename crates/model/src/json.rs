@@ -15,9 +15,9 @@ use super::cid::{check_blessed_cid, parse_cid};
 use super::error::{DataModelError, Result};
 use super::validate::{check_integer, check_map_keys, enter};
 
-/// Standard base64 alphabet; writes no padding; reads with or without
+/// atproto `$bytes` base64: the standard alphabet; writes no padding; reads with or without
 /// padding (the spec makes `=` optional); rejects non-zero trailing bits.
-pub(crate) const BASE64: GeneralPurpose = GeneralPurpose::new(
+pub const BASE64: GeneralPurpose = GeneralPurpose::new(
     &STANDARD,
     GeneralPurposeConfig::new()
         .with_encode_padding(false)
@@ -209,7 +209,7 @@ fn json_kind(json: &Value) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::MAX_DEPTH;
+    use crate::MAX_DEPTH;
     use serde_json::json;
 
     const LINK: &str = "bafyreidfayvfuwqa7qlnopdjiqrxzs6blmoeu4rujcjtnci5beludirz2a";
