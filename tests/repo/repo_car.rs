@@ -385,7 +385,7 @@ fn bad_sections() {
     tampered[3] ^= 1;
     let e = err(section(&cid_bytes, &tampered));
     assert!(
-        matches!(e, CarError::HashMismatch { cid: c, .. } if c == cid),
+        matches!(&e, CarError::HashMismatch { cid: c, .. } if **c == cid),
         "{e}"
     );
     // And one bit of the digest changed.

@@ -1,0 +1,306 @@
+//! Checking a record before it is written: the collection and record key,
+//! the `$type`, the lexicon (for collections the project defines), and the
+//! data model; then its canonical DAG-CBOR block and CID.
+//!
+//! The known lexicons are the project's own, `lexicons/chat/gel/assistant/`
+//! at the workspace root, compiled into the binary so that validation does
+//! not depend on the working directory. A record of a known collection must validate against
+//! its lexicon (including its record-key type); a record of any other
+//! collection only has to be valid data model with a matching `$type`.
+
+use std::sync::LazyLock;
+
+use cid::Cid;
+use gelstore_codegen::catalog::Catalog;
+use gelstore_codegen::validate::validate_record;
+use serde_json::Value;
+
+use super::mst::check_key;
+use gelstore_model::{DataModelError, cid_for_cbor, record_to_dag_cbor};
+
+macro_rules! lexicon {
+    ($file:literal) => {
+        (
+            $file,
+            include_str!(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../../lexicons/chat/gel/assistant/",
+                $file
+            )),
+        )
+    };
+}
+
+/// The lexicon files compiled in, as (file name, JSON text).
+pub const KNOWN_LEXICON_FILES: &[(&str, &str)] = &[
+    lexicon!("answerApproval.json"),
+    lexicon!("chat.json"),
+    lexicon!("defs.json"),
+    lexicon!("device.json"),
+    lexicon!("getThread.json"),
+    lexicon!("keyWrap.json"),
+    lexicon!("listApprovals.json"),
+    lexicon!("membership.json"),
+    lexicon!("message.json"),
+    lexicon!("settings.json"),
+    lexicon!("subscribeReply.json"),
+];
+
+static CATALOG: LazyLock<Catalog> = LazyLock::new(|| {
+    let mut catalog = Catalog::new();
+    for (file, text) in KNOWN_LEXICON_FILES {
+        // The files are checked by `lex lint` in CI; a file that does not
+        // parse simply contributes nothing here.
+        if let Ok(value) = serde_json::from_str::<Value>(text) {
+            catalog.add(&format!("lexicons/chat/gel/assistant/{file}"), &value);
+        }
+    }
+    catalog
+});
+
+/// The catalog of the project's own lexicons.
+pub fn known_lexicons() -> &'static Catalog {
+    &CATALOG
+}
+
+/// Why a record cannot be written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RecordError {
+    /// The collection is not a valid NSID.
+    #[error("invalid collection {collection:?}: {reason}")]
+    InvalidCollection {
+        /// The collection (cut to 100 characters).
+        collection: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The record key is not valid record-key syntax.
+    #[error("invalid record key {rkey:?}: {reason}")]
+    InvalidRkey {
+        /// The key (cut to 100 characters).
+        rkey: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The record is not a JSON object.
+    #[error("record {path} must be a JSON object")]
+    NotAnObject {
+        /// `collection/rkey`.
+        path: String,
+    },
+    /// The record's `$type` is missing or is not the collection.
+    #[error("record {path}: $type must be {expected:?}, found {found}")]
+    TypeMismatch {
+        /// `collection/rkey`.
+        path: String,
+        /// The collection.
+        expected: String,
+        /// What the record has (`none` when absent).
+        found: String,
+    },
+    /// A record of a known lexicon that does not validate.
+    #[error("record {path} is not a valid {collection}: {}", findings.join("; "))]
+    Invalid {
+        /// `collection/rkey`.
+        path: String,
+        /// The collection.
+        collection: String,
+        /// Each problem, as `/json/pointer: message [rule]`.
+        findings: Vec<String>,
+    },
+    /// The record is not valid atproto data model (floats, bad `$link`, too
+    /// large, too deep, ...).
+    #[error("record {path} is not valid data model: {source}")]
+    DataModel {
+        /// `collection/rkey`.
+        path: String,
+        /// What the encoder found.
+        source: DataModelError,
+    },
+}
+
+/// A record ready to be stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparedRecord {
+    /// The MST key, `collection/rkey`.
+    pub key: String,
+    /// The record's CID.
+    pub cid: Cid,
+    /// Its canonical DAG-CBOR block.
+    pub bytes: Vec<u8>,
+}
+
+/// Checks a collection NSID.
+pub fn check_collection(collection: &str) -> Result<(), RecordError> {
+    gelstore_codegen::syntax::check_nsid(collection).map_err(|e| RecordError::InvalidCollection {
+        collection: cut(collection),
+        reason: e.reason,
+    })
+}
+
+/// Checks the collection and record key and builds the MST key.
+pub fn repo_key(collection: &str, rkey: &str) -> Result<String, RecordError> {
+    check_collection(collection)?;
+    gelstore_codegen::syntax::check_record_key(rkey).map_err(|e| RecordError::InvalidRkey {
+        rkey: cut(rkey),
+        reason: e.reason,
+    })?;
+    let key = format!("{collection}/{rkey}");
+    // NSID and record-key syntax already imply a valid MST key; this only
+    // guards against the two rules drifting apart.
+    check_key(&key).map_err(|e| RecordError::InvalidRkey {
+        rkey: cut(rkey),
+        reason: e.to_string(),
+    })?;
+    Ok(key)
+}
+
+/// Checks a record for `collection/rkey` and encodes it.
+pub fn prepare_record(
+    collection: &str,
+    rkey: &str,
+    value: &Value,
+) -> Result<PreparedRecord, RecordError> {
+    let key = repo_key(collection, rkey)?;
+    let Some(object) = value.as_object() else {
+        return Err(RecordError::NotAnObject { path: key });
+    };
+    match object.get("$type") {
+        Some(Value::String(t)) if t == collection => {}
+        other => {
+            return Err(RecordError::TypeMismatch {
+                path: key,
+                expected: collection.to_owned(),
+                found: match other {
+                    None => "none".to_owned(),
+                    Some(Value::String(s)) => format!("{:?}", cut(s)),
+                    Some(_) => "a non-string value".to_owned(),
+                },
+            });
+        }
+    }
+    let catalog = known_lexicons();
+    if catalog.get(collection).is_some() {
+        let findings = validate_record(catalog, value, Some(rkey));
+        if !findings.is_empty() {
+            return Err(RecordError::Invalid {
+                path: key,
+                collection: collection.to_owned(),
+                findings: findings
+                    .iter()
+                    .map(|f| {
+                        let path = if f.path.is_empty() { "/" } else { &f.path };
+                        format!("{path}: {} [{}]", f.message, f.rule)
+                    })
+                    .collect(),
+            });
+        }
+    }
+    let bytes = record_to_dag_cbor(value).map_err(|source| RecordError::DataModel {
+        path: key.clone(),
+        source,
+    })?;
+    Ok(PreparedRecord {
+        cid: cid_for_cbor(&bytes),
+        key,
+        bytes,
+    })
+}
+
+fn cut(s: &str) -> String {
+    s.chars().take(100).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_lexicon_file_is_compiled_in() {
+        let dir = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../lexicons/chat/gel/assistant"
+        );
+        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".json"))
+            .collect();
+        on_disk.sort();
+        let compiled: Vec<&str> = KNOWN_LEXICON_FILES.iter().map(|(f, _)| *f).collect();
+        assert_eq!(on_disk, compiled, "update KNOWN_LEXICON_FILES");
+        assert!(known_lexicons().get("chat.gel.assistant.chat").is_some());
+    }
+
+    #[test]
+    fn unknown_collections_need_only_a_matching_type() {
+        let r = prepare_record(
+            "com.example.thing",
+            "abc",
+            &json!({"$type": "com.example.thing", "n": 1}),
+        )
+        .unwrap();
+        assert_eq!(r.key, "com.example.thing/abc");
+        assert_eq!(r.cid, cid_for_cbor(&r.bytes));
+        assert!(matches!(
+            prepare_record(
+                "com.example.thing",
+                "abc",
+                &json!({"$type": "com.example.other"})
+            ),
+            Err(RecordError::TypeMismatch { .. })
+        ));
+        assert!(matches!(
+            prepare_record("com.example.thing", "abc", &json!({"n": 1})),
+            Err(RecordError::TypeMismatch { .. })
+        ));
+        assert!(matches!(
+            prepare_record("com.example.thing", "abc", &json!([1])),
+            Err(RecordError::NotAnObject { .. })
+        ));
+        assert!(matches!(
+            prepare_record(
+                "com.example.thing",
+                "abc",
+                &json!({"$type": "com.example.thing", "f": 1.5})
+            ),
+            Err(RecordError::DataModel { .. })
+        ));
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(matches!(
+            repo_key("not an nsid", "abc"),
+            Err(RecordError::InvalidCollection { .. })
+        ));
+        assert!(matches!(
+            repo_key("com.example.thing", "a/b"),
+            Err(RecordError::InvalidRkey { .. })
+        ));
+        assert!(matches!(
+            repo_key("com.example.thing", ".."),
+            Err(RecordError::InvalidRkey { .. })
+        ));
+        assert!(matches!(
+            repo_key("com.example.thing", ""),
+            Err(RecordError::InvalidRkey { .. })
+        ));
+    }
+
+    #[test]
+    fn known_collections_are_validated() {
+        let err = prepare_record(
+            "chat.gel.assistant.chat",
+            "3jzfcijpj2z2a",
+            &json!({"$type": "chat.gel.assistant.chat"}),
+        )
+        .unwrap_err();
+        match err {
+            RecordError::Invalid { findings, .. } => assert!(!findings.is_empty()),
+            other => panic!("{other:?}"),
+        }
+    }
+}
