@@ -107,7 +107,11 @@ pub struct GenArgs {
     #[arg(long, default_value = "lexicons", value_name = "DIR")]
     pub lexicons: Vec<PathBuf>,
     /// The folder of the generated module (its `mod.rs` is the root).
-    #[arg(long, default_value = "src/lexicon", value_name = "DIR")]
+    #[arg(
+        long,
+        default_value = "crates/lexicons/src/lexicon",
+        value_name = "DIR"
+    )]
     pub out: PathBuf,
     /// The Rust path of the generated root module.
     #[arg(long, default_value = "crate::lexicon", value_name = "PATH")]

@@ -31,7 +31,7 @@ use super::error::{Result, SealError};
 use super::frame::{self, Padding};
 use super::keys::{BlobKey, ChatKey, KEY_LEN, KeyLookup};
 use super::plaintext::Plaintext;
-use crate::model::{Checked, decode_dag_cbor};
+use gelstore_model::{Checked, decode_dag_cbor};
 
 /// HKDF info label of the record key.
 pub const RECORD_KEY_LABEL: &str = "gelstore/seal/record-key/v1";

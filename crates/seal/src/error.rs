@@ -188,14 +188,16 @@ pub enum SealError {
 }
 
 impl SealError {
-    pub(crate) fn malformed(what: &'static str, reason: impl Into<String>) -> SealError {
+    /// [`SealError::Malformed`]: `what` (a field, a record) is not in its shape.
+    pub fn malformed(what: &'static str, reason: impl Into<String>) -> SealError {
         SealError::Malformed {
             what,
             reason: reason.into(),
         }
     }
 
-    pub(crate) fn invalid_plaintext(reason: impl Into<String>) -> SealError {
+    /// [`SealError::InvalidPlaintext`]: opened bytes that are not the content.
+    pub fn invalid_plaintext(reason: impl Into<String>) -> SealError {
         SealError::InvalidPlaintext {
             reason: reason.into(),
         }

@@ -30,7 +30,7 @@ use ipld_core::ipld::Ipld;
 use sha2::{Digest, Sha256};
 
 use super::error::{Result, SealError};
-use crate::model::{Checked, Cid};
+use gelstore_model::{Checked, Cid};
 
 /// Domain label that starts every AAD.
 pub const AAD_LABEL: &str = "gelstore/seal/aad/v2";

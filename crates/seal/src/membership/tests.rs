@@ -1,7 +1,7 @@
 //! The log's rules, each tried the way a removed device or a server would.
 
 use super::*;
-use crate::seal::DeviceKey;
+use crate::DeviceKey;
 
 const DID: &str = "did:plc:ewvi7nxzyoun6zhxrhs64oiz";
 

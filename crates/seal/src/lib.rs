@@ -24,6 +24,21 @@
 //! (`rand_core::CryptoRng`), so tests can replay fixed vectors; production
 //! callers pass [`os_rng`]. `fixtures/seal/README.md` walks through the
 //! construction with byte-exact golden vectors.
+//!
+//! ```
+//! use gelstore_seal::{SealError, open_blob, os_rng, seal_blob};
+//!
+//! let sealed = seal_blob(b"a long tool output", &mut os_rng()).unwrap();
+//! // The server keeps `sealed.bytes` and cannot read them; the record keeps the key.
+//! assert_eq!(open_blob(&sealed.bytes, &sealed.seal).unwrap(), b"a long tool output");
+//! let mut tampered = sealed.bytes.clone();
+//! tampered[40] ^= 1;
+//! // The CID is checked before any chunk is opened.
+//! assert!(matches!(
+//!     open_blob(&tampered, &sealed.seal),
+//!     Err(SealError::BlobCidMismatch { .. })
+//! ));
+//! ```
 
 pub mod aad;
 pub mod blob;

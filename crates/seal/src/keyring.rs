@@ -49,8 +49,8 @@ use super::error::{Result, SealError};
 use super::keys::{AccountKey, ChatKey, DeviceKey, KEY_LEN, KeyLookup, X25519Pair, random_hex};
 use super::membership::{Change, Log, Member, Roster, SignedChange, Standing};
 use super::wrap::{KeyWrap, Psk, Recipient, open_wrap, seal_wrap};
-use crate::model::Cid;
-use crate::model::now_datetime;
+use gelstore_model::Cid;
+use gelstore_model::now_datetime;
 
 /// Bytes of secret in a pairing code.
 pub const PAIRING_SECRET_LEN: usize = 10;
@@ -840,7 +840,7 @@ impl Keyring {
     }
 
     /// The roster entry this device signs with, refusing if it has none.
-    fn signer(&self) -> Result<crate::crypto::SigningKey> {
+    fn signer(&self) -> Result<gelstore_crypto::SigningKey> {
         let key = self.device.signing_key();
         let did_key = key.public_key().to_did_key();
         let standing = self.log.standing();

@@ -34,7 +34,7 @@ use super::envelope::TAG_LEN;
 use super::error::{Result, SealError};
 use super::frame::{MIN_PADDED_FRAME, Padding, padme};
 use super::keys::BlobKey;
-use crate::model::{Cid, cid_for_blob};
+use gelstore_model::{Cid, cid_for_blob};
 
 /// Plaintext bytes per chunk.
 pub const CHUNK_SIZE: usize = 64 * 1024;
@@ -406,8 +406,8 @@ impl<R: Read> BlobReader<R> {
             }
             let digest = std::mem::take(&mut self.hasher).finalize();
             let actual = Cid::new_v1(
-                crate::model::RAW_CODEC,
-                ::cid::multihash::Multihash::wrap(crate::model::SHA2_256, &digest)
+                gelstore_model::RAW_CODEC,
+                ::cid::multihash::Multihash::wrap(gelstore_model::SHA2_256, &digest)
                     .expect("a 32-byte digest fits"),
             );
             if actual != self.expected_cid {

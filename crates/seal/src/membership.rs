@@ -37,15 +37,16 @@ use serde_json::Value;
 
 use super::error::{Result, SealError};
 use super::keys::KEY_LEN;
-use crate::crypto::{PublicKey, SigningKey};
-use crate::lexicon::chat::gel::assistant::membership::{
+use gelstore_crypto::{PublicKey, SigningKey};
+use gelstore_lexicons::lexicon::chat::gel::assistant::membership::{
     Member as MemberRecord, Membership as ChangeRecord,
 };
-use crate::lexicon_runtime::{Bytes, CidLink, Datetime, Did, RecordKey};
-use crate::model::{Cid, record_cid, record_to_dag_cbor};
+use gelstore_lexicons::lexicon_runtime::{Bytes, CidLink, Datetime, Did, RecordKey};
+use gelstore_model::{Cid, record_cid, record_to_dag_cbor};
 
 /// Collection of membership change records.
-pub const MEMBERSHIP_COLLECTION: &str = crate::lexicon::chat::gel::assistant::membership::NSID;
+pub const MEMBERSHIP_COLLECTION: &str =
+    gelstore_lexicons::lexicon::chat::gel::assistant::membership::NSID;
 
 /// Label that starts every signed message.
 const SIGN_LABEL: &[u8] = b"gelstore/membership/v1";
@@ -661,7 +662,7 @@ impl Log {
             roster: Roster::new(),
             removed: Vec::new(),
             signer: String::new(),
-            created_at: crate::model::now_datetime(),
+            created_at: gelstore_model::now_datetime(),
         }
     }
 }

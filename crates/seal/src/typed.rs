@@ -7,9 +7,9 @@
 
 use super::envelope::Envelope;
 use super::error::{Result, SealError};
-use crate::lexicon::chat::gel::assistant::defs::EncryptedContent;
-use crate::lexicon_runtime as support;
-use crate::model::decode_dag_cbor;
+use gelstore_lexicons::lexicon::chat::gel::assistant::defs::EncryptedContent;
+use gelstore_lexicons::lexicon_runtime as support;
+use gelstore_model::decode_dag_cbor;
 
 impl Envelope {
     /// This envelope as the lexicon type a message or chat record holds.
@@ -31,8 +31,8 @@ impl Envelope {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lexicon_runtime::Validate;
-    use crate::seal::{BlobBinding, SEAL_ALG_V1};
+    use crate::{BlobBinding, SEAL_ALG_V1};
+    use gelstore_lexicons::lexicon_runtime::Validate;
 
     fn envelope(blobs: Vec<BlobBinding>) -> Envelope {
         Envelope {
@@ -48,7 +48,7 @@ mod tests {
     #[test]
     fn round_trips_through_the_generated_type() {
         let blob = BlobBinding {
-            cid: crate::model::cid_for_blob(b"sealed bytes"),
+            cid: gelstore_model::cid_for_blob(b"sealed bytes"),
             size: 12,
             mime_type: "application/octet-stream".into(),
         };

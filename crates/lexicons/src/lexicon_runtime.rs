@@ -43,7 +43,7 @@ pub use gelstore_codegen::validate::rules;
 use gelstore_codegen::validate::{count_graphemes, mime_accepted};
 pub use ipld_core::ipld::Ipld;
 
-use crate::model::{self, BASE64};
+use gelstore_model::{self as model, BASE64};
 
 /// Reads `$bytes` like the dynamic validator: padding optional, non-zero
 /// trailing bits accepted (the interop fixtures use `"123"`). Writing uses
@@ -541,7 +541,7 @@ pub type Extra = BTreeMap<String, Data>;
 /// Any value of the atproto data model (lexicon `unknown`, undeclared
 /// fields, unknown union variants). Reads atproto JSON and DAG-CBOR; a
 /// JSON number written as a float is accepted when it is a whole number
-/// within ±(2^53 - 1), as in [`crate::model`]; other floats are refused.
+/// within ±(2^53 - 1), as in [`gelstore_model`]; other floats are refused.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Data(pub Ipld);
 

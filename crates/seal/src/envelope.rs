@@ -8,10 +8,10 @@ use ipld_core::ipld::Ipld;
 
 use super::aad::BlobBinding;
 use super::error::{Result, SealError};
-use crate::model::{Cid, RAW_CODEC, check_blessed_cid};
+use gelstore_model::{Cid, RAW_CODEC, check_blessed_cid};
 
 /// The record-seal scheme of version 1 (see the module docs of
-/// [`crate::seal`]).
+/// [the crate docs](crate)).
 pub const SEAL_ALG_V1: &str = "xchacha20poly1305-hkdf-sha256-v1";
 /// Every record-seal alg this reader opens.
 pub const SEAL_ALGS: &[&str] = &[SEAL_ALG_V1];

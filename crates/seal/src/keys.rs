@@ -178,8 +178,8 @@ impl DeviceKey {
     /// X25519 secret with HKDF-SHA256 so a device keeps one secret file.
     /// The two uses are kept apart by the HKDF label; neither key reveals
     /// the other.
-    pub fn signing_key(&self) -> crate::crypto::SigningKey {
-        use crate::crypto::{KeyAlgorithm, SigningKey};
+    pub fn signing_key(&self) -> gelstore_crypto::SigningKey {
+        use gelstore_crypto::{KeyAlgorithm, SigningKey};
         let hk = hkdf::Hkdf::<sha2::Sha256>::new(
             Some(b"gelstore/device-signing-key/v1"),
             self.0.secret_bytes(),
@@ -311,6 +311,7 @@ impl fmt::Debug for AccountKey {
     }
 }
 
-pub(crate) fn hex(bytes: &[u8]) -> String {
+/// Lower-case hex, as key ids and device secrets are written.
+pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

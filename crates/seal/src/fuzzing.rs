@@ -12,7 +12,7 @@ use super::keys::{BlobKey, ChatKey};
 use super::record::{SealOptions, open_record, seal_record};
 use super::wrap::KeyWrap;
 use super::{Place, frame};
-use crate::model::{cid_for_blob, decode_dag_cbor};
+use gelstore_model::{cid_for_blob, decode_dag_cbor};
 
 /// The key every fuzz input is opened with.
 pub const FUZZ_KEY: [u8; 32] = [0x42; 32];
