@@ -12,6 +12,7 @@ mod support;
 mod generated;
 
 mod cli_repo;
+mod crate_seams;
 mod dag_cbor_seeds;
 mod interop_crypto;
 mod interop_data_model;
