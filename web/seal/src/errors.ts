@@ -1,5 +1,5 @@
 // The one error type, with the same categories as the Rust `SealError`
-// (src/seal/error.rs), so both sides can be compared by `kind`.
+// (crates/seal/src/error.rs), so both sides can be compared by `kind`.
 
 /** The name of the Rust `SealError` variant an error corresponds to. */
 export type SealErrorKind =

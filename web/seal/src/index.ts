@@ -1,5 +1,5 @@
 // @gelstore/seal: gelstore's sealed-record format (docs/sealing.md,
-// fixtures/seal/README.md), byte-compatible with the Rust code in src/seal/.
+// fixtures/seal/README.md), byte-compatible with the Rust code in crates/seal/.
 
 export * from "./errors.js";
 export * from "./bytes.js";

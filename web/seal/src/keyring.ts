@@ -4,7 +4,7 @@
 // is bound to, verifies the log from there, then opens rotations to this
 // device, older account keys chained to newer ones and chat keys wrapped to
 // account keys it holds. An account key counts only if a verified change
-// names its keyId and public key (src/seal/keyring.rs: join, absorb).
+// names its keyId and public key (crates/seal/src/keyring.rs: join, absorb).
 
 import { equalBytes, osRandom, toHex, type Random } from "./bytes.js";
 import { SealError, malformed } from "./errors.js";

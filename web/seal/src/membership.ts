@@ -2,7 +2,7 @@
 // signed `chat.gel.assistant.membership` records chained by CID. A device
 // trusts the change its pairing wrap names (hence that change's history,
 // by hashes) and every later change whose signature and rules hold. The
-// rules and the fork handling follow src/seal/membership.rs line by line:
+// rules and the fork handling follow crates/seal/src/membership.rs line by line:
 // two implementations that disagreed on a fork would disagree on keys.
 
 import { compareBytes, concat, equalBytes, toHex, utf8 } from "./bytes.js";
@@ -416,7 +416,7 @@ function checkGenesis(did: string, g: SignedChange): void {
   checkSignature(did, g, c.roster);
 }
 
-// The rules for a change that follows verified ones (src/seal/membership.rs, check_change).
+// The rules for a change that follows verified ones (crates/seal/src/membership.rs, check_change).
 function checkChange(log: Log, g: SignedChange): void {
   const c = g.change;
   const no = (why: string) => fail(`change ${g.cid}: ${why}`);

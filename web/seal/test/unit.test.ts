@@ -11,7 +11,7 @@ import { fixedRandom } from "./fixtures.js";
 
 const kindOf = (kind: string) => (e: unknown) => e instanceof SealError && e.kind === kind;
 
-test("padme matches the values worked by hand in src/seal/frame.rs", () => {
+test("padme matches the values worked by hand in crates/seal/src/frame.rs", () => {
   const cases: [number, number][] = [[0, 0], [1, 1], [2, 2], [9, 10], [256, 256], [257, 272], [1000, 1024], [1025, 1088], [1_000_000, 1_015_808]];
   for (const [len, want] of cases) assert.equal(padme(len), want, `padme(${len})`);
   for (let len = 1; len < 5000; len++) {
