@@ -1,15 +1,10 @@
-//! The gelstore lexicon compiler: parse → resolve → lint → validate → emit.
+//! The gelstore lexicon compiler: a [`gelstore_lexicon`] catalog → Rust types
+//! whose `validate` is the lexicon's constraints compiled ([`emit`]).
 //!
-//! This crate knows Lexicon v1 and the atproto string formats and nothing of
-//! gelstore itself, so any atproto project can use it in CI.
+//! Parsing, resolving, lint, validation and diff are `gelstore-lexicon`'s;
+//! they are re-exported here under the names this crate has always had, so
+//! a project that uses the compiler needs one dependency.
 
-pub mod catalog;
-pub mod diff;
 pub mod emit;
-pub mod finding;
-pub mod lint;
-pub mod schema;
-pub mod syntax;
-pub mod validate;
 
-pub use finding::Finding;
+pub use gelstore_lexicon::{Finding, catalog, diff, finding, lint, schema, syntax, validate};

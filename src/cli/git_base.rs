@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use gelstore_codegen::catalog::Catalog;
+use gelstore_lexicon::catalog::Catalog;
 
 fn git(dir: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
     let out = Command::new("git")

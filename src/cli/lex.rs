@@ -3,9 +3,10 @@
 use super::Outcome;
 use super::report::{self, InputReport, LexFormat};
 use clap::{Args, Subcommand};
-use gelstore_codegen::catalog::{Catalog, LoadError};
-use gelstore_codegen::schema::Def;
-use gelstore_codegen::{Finding, diff, emit, lint, validate};
+use gelstore_codegen::emit;
+use gelstore_lexicon::catalog::{Catalog, LoadError};
+use gelstore_lexicon::schema::Def;
+use gelstore_lexicon::{Finding, diff, lint, validate};
 use serde_json::Value;
 use std::io::Read;
 use std::path::PathBuf;
@@ -107,11 +108,7 @@ pub struct GenArgs {
     #[arg(long, default_value = "lexicons", value_name = "DIR")]
     pub lexicons: Vec<PathBuf>,
     /// The folder of the generated module (its `mod.rs` is the root).
-    #[arg(
-        long,
-        default_value = "crates/lexicons/src/lexicon",
-        value_name = "DIR"
-    )]
+    #[arg(long, default_value = "crates/types/src/lexicon", value_name = "DIR")]
     pub out: PathBuf,
     /// The Rust path of the generated root module.
     #[arg(long, default_value = "crate::lexicon", value_name = "PATH")]

@@ -13,7 +13,7 @@ use super::sync::{LoginArgs, login_options};
 use super::{Failure, Format, finish, say};
 use crate::cli::Outcome;
 use crate::lexnet::{self, LexNetError, PublishOptions, Resolver, ResolverOptions, txt_name};
-use gelstore_codegen::catalog::Catalog;
+use gelstore_lexicon::catalog::Catalog;
 
 /// Where resolution looks (shared by the commands that resolve).
 #[derive(Args, Debug, Clone)]
@@ -389,7 +389,7 @@ pub fn status(args: StatusArgs) -> Outcome {
         let mut behind = 0;
         for entry in catalog.entries() {
             let nsid = &entry.doc.id;
-            let local = gelstore_codegen::catalog::read_json(std::path::Path::new(&entry.file))
+            let local = gelstore_lexicon::catalog::read_json(std::path::Path::new(&entry.file))
                 .map_err(|e| Failure::env(format!("cannot read {}: {e}", entry.file)))?;
             let found = match &args.did {
                 Some(did) => resolver.resolve_at(nsid, did),
@@ -498,7 +498,7 @@ pub fn template(kind: NewKind, nsid: &str) -> serde_json::Value {
 /// `lex new`: writes a template, never over an existing file.
 pub fn new(args: NewArgs) -> Outcome {
     finish((|| {
-        gelstore_codegen::syntax::check_nsid(&args.nsid)
+        gelstore_lexicon::syntax::check_nsid(&args.nsid)
             .map_err(|e| Failure::input(format!("{:?} is not an NSID: {e}", args.nsid)))?;
         let file = args
             .out

@@ -5,7 +5,7 @@
 use super::Outcome;
 use super::locate::{Position, locate_all};
 use clap::ValueEnum;
-use gelstore_codegen::Finding;
+use gelstore_lexicon::Finding;
 use serde_json::json;
 use std::io::Write;
 

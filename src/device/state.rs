@@ -203,7 +203,7 @@ impl DeviceState {
             }
         }
         if let Some(device) = &device {
-            gelstore_codegen::syntax::check_record_key(device)
+            gelstore_lexicon::syntax::check_record_key(device)
                 .map_err(|e| err(format!("device is not a record key: {}", e.reason)))?;
         }
         if membership_heads.len() > MAX_HEADS {

@@ -11,8 +11,8 @@ use serde_json::Value;
 
 use super::{LexNetError, SCHEMA_COLLECTION};
 use crate::sync::Session;
-use gelstore_codegen::catalog::{Catalog, read_json};
-use gelstore_codegen::diff::{self, Change};
+use gelstore_lexicon::catalog::{Catalog, read_json};
+use gelstore_lexicon::diff::{self, Change};
 
 /// Where and how to publish.
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{LexNetError, Resolution, Resolver};
-use gelstore_codegen::catalog::Catalog;
+use gelstore_lexicon::catalog::Catalog;
 
 /// The lock file, in the output folder.
 pub const LOCK_FILE: &str = "lexicons.lock.json";
@@ -102,7 +102,7 @@ pub fn pull(
     let local: BTreeSet<String> = catalog.entries().map(|e| e.doc.id.clone()).collect();
     let mut wanted: Vec<String> = nsids.to_vec();
     for entry in catalog.entries() {
-        let raw = gelstore_codegen::catalog::read_json(Path::new(&entry.file)).map_err(|e| {
+        let raw = gelstore_lexicon::catalog::read_json(Path::new(&entry.file)).map_err(|e| {
             LexNetError::Io {
                 what: format!("read {}", entry.file),
                 reason: e.to_string(),

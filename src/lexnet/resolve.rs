@@ -89,7 +89,7 @@ pub struct Resolver {
 /// `_lexicon.` then the NSID without its name, reversed
 /// (`chat.gel.assistant.message` → `_lexicon.assistant.gel.chat`).
 pub fn txt_name(nsid: &str) -> Result<String, LexNetError> {
-    gelstore_codegen::syntax::check_nsid(nsid).map_err(|e| LexNetError::BadNsid {
+    gelstore_lexicon::syntax::check_nsid(nsid).map_err(|e| LexNetError::BadNsid {
         nsid: nsid.chars().take(256).collect(),
         reason: e.to_string(),
     })?;

@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::pull::references;
 use super::{LexNetError, SCHEMA_COLLECTION};
 use crate::sync::{MAX_BATCH, Session, SyncError};
-use gelstore_codegen::catalog::Catalog;
+use gelstore_lexicon::catalog::Catalog;
 
 /// What to unpublish: NSIDs, or lexicon files and folders whose NSIDs.
 pub fn targets(args: &[String]) -> Result<Vec<String>, LexNetError> {
@@ -30,7 +30,7 @@ pub fn targets(args: &[String]) -> Result<Vec<String>, LexNetError> {
                 })?;
             out.extend(catalog.entries().map(|e| e.doc.id.clone()));
         } else {
-            gelstore_codegen::syntax::check_nsid(arg).map_err(|e| LexNetError::BadNsid {
+            gelstore_lexicon::syntax::check_nsid(arg).map_err(|e| LexNetError::BadNsid {
                 nsid: arg.clone(),
                 reason: format!("{e} (nor is it a file or folder)"),
             })?;

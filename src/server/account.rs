@@ -127,7 +127,7 @@ impl Account {
         let path = dir.join(ACCOUNT_FILE);
         let shown = path.display().to_string();
         if let Some(h) = handle {
-            gelstore_codegen::syntax::check_handle(h).map_err(|e| AccountError::InvalidHandle {
+            gelstore_lexicon::syntax::check_handle(h).map_err(|e| AccountError::InvalidHandle {
                 handle: h.chars().take(100).collect(),
                 reason: e.reason,
             })?;

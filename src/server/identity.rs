@@ -136,6 +136,6 @@ mod tests {
         let (service, did) = service_for("127.0.0.1:2583".parse().unwrap());
         assert_eq!(service, "http://localhost:2583");
         assert_eq!(did, "did:web:localhost%3A2583");
-        gelstore_codegen::syntax::check_did(&did).unwrap();
+        gelstore_lexicon::syntax::check_did(&did).unwrap();
     }
 }

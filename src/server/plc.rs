@@ -294,7 +294,7 @@ mod tests {
         let key = SigningKey::from_bytes(KeyAlgorithm::K256, &[7u8; 32]).unwrap();
         let (did, op) = genesis(&key, "a.test", "http://localhost:1").unwrap();
         assert_eq!(did.len(), "did:plc:".len() + 24);
-        gelstore_codegen::syntax::check_did(&did).unwrap();
+        gelstore_lexicon::syntax::check_did(&did).unwrap();
         assert_signed_by(&op, &key);
     }
 }

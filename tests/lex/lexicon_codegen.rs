@@ -68,13 +68,13 @@ fn fixtures() -> Vec<(String, Value, bool)> {
 #[test]
 fn checked_in_code_is_what_the_lexicons_generate() {
     let files = emit::generate(&catalog(), &emit::Options::gelstore()).unwrap();
-    let out = Path::new(ROOT).join("crates/lexicons/src/lexicon");
+    let out = Path::new(ROOT).join("crates/types/src/lexicon");
     for f in &files {
         let on_disk = std::fs::read_to_string(out.join(&f.path))
             .unwrap_or_else(|e| panic!("{}: {e}; run `gelstore lex gen`", f.path));
         assert!(
             on_disk == f.contents,
-            "crates/lexicons/src/lexicon/{} is stale; run `gelstore lex gen --out crates/lexicons/src/lexicon`",
+            "crates/types/src/lexicon/{} is stale; run `gelstore lex gen --out crates/types/src/lexicon`",
             f.path
         );
     }

@@ -60,10 +60,11 @@ fn assert_none_of(krate: &str, deps: &BTreeSet<String>, banned: &[&str]) {
 #[test]
 fn the_libraries_below_the_binary_carry_only_their_own_dependencies() {
     for krate in [
+        "gelstore-lexicon",
         "gelstore-codegen",
         "gelstore-model",
         "gelstore-crypto",
-        "gelstore-lexicons",
+        "gelstore-types",
         "gelstore-seal",
     ] {
         let deps = dependencies(krate);

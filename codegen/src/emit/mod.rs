@@ -38,7 +38,7 @@ pub struct Options {
 }
 
 impl Options {
-    /// The settings for gelstore's own `crates/lexicons/src/lexicon/`.
+    /// The settings for gelstore's own `crates/types/src/lexicon/`.
     pub fn gelstore() -> Options {
         Options {
             root: "crate::lexicon".into(),

@@ -16,7 +16,7 @@ mod tests {
     fn now_is_a_valid_atproto_datetime_close_to_the_clock() {
         let now = now_datetime();
         assert_eq!(now.len(), 24, "{now}");
-        gelstore_codegen::syntax::check_datetime(&now).unwrap();
+        gelstore_lexicon::syntax::check_datetime(&now).unwrap();
         let parsed = chrono::DateTime::parse_from_rfc3339(&now).unwrap();
         let drift = chrono::Utc::now().signed_duration_since(parsed);
         assert!(

@@ -336,7 +336,7 @@ fn kind(value: &Ipld) -> &'static str {
 }
 
 fn check_did(did: &str) -> Result<(), CommitError> {
-    gelstore_codegen::syntax::check_did(did).map_err(|e| CommitError::BadDid {
+    gelstore_lexicon::syntax::check_did(did).map_err(|e| CommitError::BadDid {
         did: did.chars().take(64).collect(),
         reason: e.reason,
     })

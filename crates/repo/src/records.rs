@@ -11,8 +11,8 @@
 use std::sync::LazyLock;
 
 use cid::Cid;
-use gelstore_codegen::catalog::Catalog;
-use gelstore_codegen::validate::validate_record;
+use gelstore_lexicon::catalog::Catalog;
+use gelstore_lexicon::validate::validate_record;
 use serde_json::Value;
 
 use super::mst::check_key;
@@ -133,7 +133,7 @@ pub struct PreparedRecord {
 
 /// Checks a collection NSID.
 pub fn check_collection(collection: &str) -> Result<(), RecordError> {
-    gelstore_codegen::syntax::check_nsid(collection).map_err(|e| RecordError::InvalidCollection {
+    gelstore_lexicon::syntax::check_nsid(collection).map_err(|e| RecordError::InvalidCollection {
         collection: cut(collection),
         reason: e.reason,
     })
@@ -142,7 +142,7 @@ pub fn check_collection(collection: &str) -> Result<(), RecordError> {
 /// Checks the collection and record key and builds the MST key.
 pub fn repo_key(collection: &str, rkey: &str) -> Result<String, RecordError> {
     check_collection(collection)?;
-    gelstore_codegen::syntax::check_record_key(rkey).map_err(|e| RecordError::InvalidRkey {
+    gelstore_lexicon::syntax::check_record_key(rkey).map_err(|e| RecordError::InvalidRkey {
         rkey: cut(rkey),
         reason: e.reason,
     })?;

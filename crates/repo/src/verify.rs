@@ -440,7 +440,7 @@ pub fn verified_commit(
 /// NSID before it and a valid record key after it
 /// (<https://atproto.com/specs/repository#repo-data-structure-v3>).
 pub fn check_repo_path(key: &str) -> Result<(), VerifyError> {
-    use gelstore_codegen::syntax::{check_nsid, check_record_key};
+    use gelstore_lexicon::syntax::{check_nsid, check_record_key};
     let invalid = |reason: String| VerifyError::InvalidPath {
         key: shorten(key),
         reason,

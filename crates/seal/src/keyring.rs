@@ -1763,7 +1763,7 @@ mod tests {
     fn datetime_is_valid() {
         let now = now_datetime();
         assert!(
-            gelstore_codegen::syntax::check_datetime(&now).is_ok(),
+            gelstore_lexicon::syntax::check_datetime(&now).is_ok(),
             "{now}"
         );
         assert!(now.starts_with("20"), "{now}");

@@ -38,15 +38,15 @@ use serde_json::Value;
 use super::error::{Result, SealError};
 use super::keys::KEY_LEN;
 use gelstore_crypto::{PublicKey, SigningKey};
-use gelstore_lexicons::lexicon::chat::gel::assistant::membership::{
+use gelstore_model::{Cid, record_cid, record_to_dag_cbor};
+use gelstore_types::lexicon::chat::gel::assistant::membership::{
     Member as MemberRecord, Membership as ChangeRecord,
 };
-use gelstore_lexicons::lexicon_runtime::{Bytes, CidLink, Datetime, Did, RecordKey};
-use gelstore_model::{Cid, record_cid, record_to_dag_cbor};
+use gelstore_types::lexicon_runtime::{Bytes, CidLink, Datetime, Did, RecordKey};
 
 /// Collection of membership change records.
 pub const MEMBERSHIP_COLLECTION: &str =
-    gelstore_lexicons::lexicon::chat::gel::assistant::membership::NSID;
+    gelstore_types::lexicon::chat::gel::assistant::membership::NSID;
 
 /// Label that starts every signed message.
 const SIGN_LABEL: &[u8] = b"gelstore/membership/v1";

@@ -7,9 +7,9 @@
 
 use super::envelope::Envelope;
 use super::error::{Result, SealError};
-use gelstore_lexicons::lexicon::chat::gel::assistant::defs::EncryptedContent;
-use gelstore_lexicons::lexicon_runtime as support;
 use gelstore_model::decode_dag_cbor;
+use gelstore_types::lexicon::chat::gel::assistant::defs::EncryptedContent;
+use gelstore_types::lexicon_runtime as support;
 
 impl Envelope {
     /// This envelope as the lexicon type a message or chat record holds.
@@ -32,7 +32,7 @@ impl Envelope {
 mod tests {
     use super::*;
     use crate::{BlobBinding, SEAL_ALG_V1};
-    use gelstore_lexicons::lexicon_runtime::Validate;
+    use gelstore_types::lexicon_runtime::Validate;
 
     fn envelope(blobs: Vec<BlobBinding>) -> Envelope {
         Envelope {

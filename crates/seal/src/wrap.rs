@@ -53,7 +53,7 @@ use gelstore_model::Cid;
 /// The wrap scheme of version 1.
 pub const WRAP_ALG_V1: &str = "hpke-x25519-hkdf-sha256-chacha20poly1305-v1";
 /// `$type` of a key wrap record.
-pub const KEY_WRAP_TYPE: &str = gelstore_lexicons::lexicon::chat::gel::assistant::key_wrap::NSID;
+pub const KEY_WRAP_TYPE: &str = gelstore_types::lexicon::chat::gel::assistant::key_wrap::NSID;
 /// Collection of key wrap records.
 pub const KEY_WRAP_COLLECTION: &str = KEY_WRAP_TYPE;
 /// HKDF info of the account PSK.

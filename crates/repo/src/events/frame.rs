@@ -303,15 +303,15 @@ fn decode_commit(body: &BTreeMap<String, Ipld>) -> Result<CommitEvent, EventErro
     let seq = f.integer("seq")?;
     let seq = u64::try_from(seq).map_err(|_| f.bad("seq", "negative"))?;
     let repo = f.string("repo")?;
-    gelstore_codegen::syntax::check_did(&repo).map_err(|e| f.bad("repo", &e.reason))?;
+    gelstore_lexicon::syntax::check_did(&repo).map_err(|e| f.bad("repo", &e.reason))?;
     let rev = f.string("rev")?;
-    gelstore_codegen::syntax::check_tid(&rev).map_err(|e| f.bad("rev", &e.reason))?;
+    gelstore_lexicon::syntax::check_tid(&rev).map_err(|e| f.bad("rev", &e.reason))?;
     let since = f.nullable_string("since")?;
     if let Some(since) = &since {
-        gelstore_codegen::syntax::check_tid(since).map_err(|e| f.bad("since", &e.reason))?;
+        gelstore_lexicon::syntax::check_tid(since).map_err(|e| f.bad("since", &e.reason))?;
     }
     let time = f.string("time")?;
-    gelstore_codegen::syntax::check_datetime(&time).map_err(|e| f.bad("time", &e.reason))?;
+    gelstore_lexicon::syntax::check_datetime(&time).map_err(|e| f.bad("time", &e.reason))?;
     let blocks = match f.get("blocks")? {
         Ipld::Bytes(b) => b.clone(),
         _ => return Err(f.bad("blocks", "not bytes")),

@@ -495,7 +495,7 @@ impl Repository {
         if is_initialized(&*engine)? {
             return Repository::open_engine(engine, Some(key));
         }
-        gelstore_codegen::syntax::check_did(&did).map_err(|e| RepoError::InvalidDid {
+        gelstore_lexicon::syntax::check_did(&did).map_err(|e| RepoError::InvalidDid {
             did: did.chars().take(100).collect(),
             reason: e.reason,
         })?;

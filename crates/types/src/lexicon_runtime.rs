@@ -24,9 +24,9 @@
 //!
 //! Generated `validate()` methods ([`Validate`]) report [`ValidationError`]s
 //! with JSON-pointer paths and the rule names of the dynamic validator
-//! ([`gelstore_codegen::validate::rules`]), using the checks below. String
+//! ([`gelstore_lexicon::validate::rules`]), using the checks below. String
 //! formats are newtypes ([`Did`], [`Datetime`] …) whose constructors run
-//! the same `gelstore_codegen::syntax` checks as the dynamic validator, so
+//! the same `gelstore_lexicon::syntax` checks as the dynamic validator, so
 //! a value of one of these types is always valid.
 
 use std::collections::BTreeMap;
@@ -38,9 +38,9 @@ use serde::de::{self, DeserializeOwned, MapAccess, SeqAccess, Visitor};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-pub use gelstore_codegen::syntax::{Format, SyntaxError};
-pub use gelstore_codegen::validate::rules;
-use gelstore_codegen::validate::{count_graphemes, mime_accepted};
+pub use gelstore_lexicon::syntax::{Format, SyntaxError};
+pub use gelstore_lexicon::validate::rules;
+use gelstore_lexicon::validate::{count_graphemes, mime_accepted};
 pub use ipld_core::ipld::Ipld;
 
 use gelstore_model::{self as model, BASE64};
@@ -160,7 +160,7 @@ impl<'a> Path<'a> {
         }
         let mut out = String::new();
         for s in segments.iter().rev() {
-            out = gelstore_codegen::finding::pointer_push(&out, s);
+            out = gelstore_lexicon::finding::pointer_push(&out, s);
         }
         out
     }

@@ -7,11 +7,11 @@
 //! - [`lexicon_runtime`]: hand-written: the data-model newtypes, the
 //!   compiled checks and the serde forms every generated type uses. Code
 //!   generated for other lexicons in another crate uses it too
-//!   (`lex gen --support gelstore_lexicons::lexicon_runtime`).
+//!   (`lex gen --support gelstore_types::lexicon_runtime`).
 //!
 //! ```
-//! use gelstore_lexicons::chat::gel::assistant::chat::{Chat, NSID};
-//! use gelstore_lexicons::lexicon_runtime::Validate;
+//! use gelstore_types::chat::gel::assistant::chat::{Chat, NSID};
+//! use gelstore_types::lexicon_runtime::Validate;
 //!
 //! assert_eq!(NSID, "chat.gel.assistant.chat");
 //! let chat: Chat = serde_json::from_value(serde_json::json!({

@@ -101,7 +101,7 @@ impl Sink {
 /// A validator with settings; the free functions use the defaults.
 ///
 /// ```
-/// # use gelstore_codegen::{catalog::Catalog, validate::Validator};
+/// # use gelstore_lexicon::{catalog::Catalog, validate::Validator};
 /// # let catalog = Catalog::new();
 /// # let record = serde_json::json!({});
 /// let findings = Validator::new(&catalog).max_depth(64).record(&record, None);
