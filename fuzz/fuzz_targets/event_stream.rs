@@ -60,7 +60,7 @@ fuzz_target!(|data: &[u8]| {
     }
 
     for (seq, e) in f.events.iter().enumerate() {
-        e.to_frame(seq as i64, r.model.as_ref())
+        e.to_frame(seq as i64)
             .validate()
             .expect("frame validates");
         let back: AssistantEvent = serde_json::from_str(&e.to_json_line()).expect("event reads");
