@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use gelstore::lexicon::chat::gel::assistant::subscribe_reply as events;
 use gelstore::lexicon::chat::gel::assistant::{chat, defs, device, key_wrap, message};
 use gelstore::lexicon_runtime::Validate;
-use gelstore_codegen::catalog::Catalog;
-use gelstore_codegen::validate;
+use gelstore_lexicon::catalog::Catalog;
+use gelstore_lexicon::validate;
 use serde_json::Value;
 
 const RECORDS: usize = 2_000;

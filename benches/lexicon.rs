@@ -28,8 +28,8 @@
 //! sealed 0.183 s (1,759 MB/s) vs 1.335 s, 7.3×; plaintext 0.436 s vs
 //! 69.5 s, 159×. ("Read + parse alone" stays single-threaded: 0.223 s.)
 
-use gelstore_codegen::catalog::Catalog;
-use gelstore_codegen::{lint, validate};
+use gelstore_lexicon::catalog::Catalog;
+use gelstore_lexicon::{lint, validate};
 use serde_json::{Value, json};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -316,7 +316,7 @@ fn whole_process_vs_reference(root: &str, what: &str, files: &[String], bytes: u
     );
 }
 
-fn validate_any(catalog: &Catalog, v: &Value) -> Vec<gelstore_codegen::Finding> {
+fn validate_any(catalog: &Catalog, v: &Value) -> Vec<gelstore_lexicon::Finding> {
     let t = v["$type"].as_str().unwrap();
     if t.contains('#') {
         validate::validate_value(catalog, t, v)

@@ -4,8 +4,8 @@
 
 #![no_main]
 
-use gelstore_codegen::catalog::Catalog;
-use gelstore_codegen::{lint, validate};
+use gelstore_lexicon::catalog::Catalog;
+use gelstore_lexicon::{lint, validate};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -4,8 +4,8 @@
 
 #![no_main]
 
-use gelstore_codegen::catalog::Catalog;
-use gelstore_codegen::validate;
+use gelstore_lexicon::catalog::Catalog;
+use gelstore_lexicon::validate;
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 

@@ -15,8 +15,9 @@ use std::path::Path;
 
 use gelstore::lexicon_runtime::{self as support, Validate};
 use gelstore::model;
-use gelstore_codegen::catalog::Catalog;
-use gelstore_codegen::{emit, validate};
+use gelstore_codegen::emit;
+use gelstore_lexicon::catalog::Catalog;
+use gelstore_lexicon::validate;
 use generated::com::atproto::sync::subscribe_repos;
 use generated::example::lexicon::record::Record as DemoRecord;
 use serde_json::{Value, json};

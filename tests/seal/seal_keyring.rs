@@ -10,8 +10,8 @@ use gelstore::seal::{
     DeviceKey, KeyLookup, KeySet, KeyWrap, Keyring, Padding, PairingCode, Place, Recipient,
     SealError, SealOptions, WRAP_ALG_V1, open_record, pair_request, seal_record,
 };
-use gelstore_codegen::catalog::Catalog;
-use gelstore_codegen::validate;
+use gelstore_lexicon::catalog::Catalog;
+use gelstore_lexicon::validate;
 use seal_rng::HashRng;
 use serde_json::json;
 
@@ -347,7 +347,7 @@ fn wraps_are_valid_keywrap_records_and_round_trip() {
     w.key_id = "chat:3lchat0000009:0:00".into();
     let r = b.absorb(&wraps(vec![w]));
     assert!(matches!(r.rejected[0].1, SealError::UnsupportedAlg { .. }));
-    assert!(gelstore_codegen::syntax::check_datetime(&now_datetime()).is_ok());
+    assert!(gelstore_lexicon::syntax::check_datetime(&now_datetime()).is_ok());
 }
 
 #[test]

@@ -4,9 +4,9 @@
 use super::Kind;
 use super::items::Module;
 use super::writer::Writer;
-use crate::catalog::type_id;
-use crate::schema::Type;
-use crate::syntax::Format;
+use gelstore_lexicon::catalog::type_id;
+use gelstore_lexicon::schema::Type;
+use gelstore_lexicon::syntax::Format;
 
 /// `&self.x` → `self.x`; `v` → `*v` (for `Copy` values).
 fn deref(val: &str) -> String {

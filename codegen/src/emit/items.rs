@@ -6,9 +6,9 @@ use indexmap::IndexMap;
 use super::names::{self, Names};
 use super::writer::{MAX_WIDTH, Writer};
 use super::{Ctx, Kind, module_path};
-use crate::catalog::{Resolved, type_id};
-use crate::schema::{Body, Def, Document, Params, RecordKey, StringType, Type, Union};
-use crate::syntax::Format;
+use gelstore_lexicon::catalog::{Resolved, type_id};
+use gelstore_lexicon::schema::{Body, Def, Document, Params, RecordKey, StringType, Type, Union};
+use gelstore_lexicon::syntax::Format;
 
 /// An inline type met inside a def, emitted right after it.
 enum Pending {
@@ -399,7 +399,7 @@ impl Module<'_, '_> {
         }
     }
 
-    fn emit_errors(&mut self, main: &str, errors: &[crate::schema::ErrorDef]) {
+    fn emit_errors(&mut self, main: &str, errors: &[gelstore_lexicon::schema::ErrorDef]) {
         if errors.is_empty() {
             return;
         }

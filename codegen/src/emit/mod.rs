@@ -18,8 +18,8 @@ mod writer;
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::catalog::{Catalog, Resolved};
-use crate::schema::{Def, Document, Type};
+use gelstore_lexicon::catalog::{Catalog, Resolved};
+use gelstore_lexicon::schema::{Def, Document, Type};
 use names::Names;
 
 /// The first line of every generated file; tools skip files that carry it.

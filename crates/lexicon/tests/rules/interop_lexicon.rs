@@ -3,14 +3,14 @@
 //! the finding that names their problem, and the example catalog lints clean
 //! but for what its layout and one external ref make inevitable.
 
-use gelstore_codegen::Finding;
-use gelstore_codegen::catalog::Catalog;
-use gelstore_codegen::lint::{lint, rules};
+use gelstore_lexicon::Finding;
+use gelstore_lexicon::catalog::Catalog;
+use gelstore_lexicon::lint::{lint, rules};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 fn lexicon_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/interop/lexicon")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/interop/lexicon")
 }
 
 /// `(name, lexicon)` cases of a `lexicon-*.json` file.

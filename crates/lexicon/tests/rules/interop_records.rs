@@ -6,12 +6,12 @@
 
 use std::path::PathBuf;
 
-use gelstore_codegen::catalog::Catalog;
-use gelstore_codegen::validate::{rules, validate_record};
+use gelstore_lexicon::catalog::Catalog;
+use gelstore_lexicon::validate::{rules, validate_record};
 use serde_json::Value;
 
 fn dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/interop/lexicon")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/interop/lexicon")
 }
 
 fn catalog() -> Catalog {

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use gelstore_codegen::syntax::Format;
+use gelstore_lexicon::syntax::Format;
 
 /// Fixture file stem for each format.
 const STEMS: [(Format, &str); 11] = [
@@ -25,7 +25,7 @@ const STEMS: [(Format, &str); 11] = [
 ];
 
 fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/interop/syntax")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/interop/syntax")
 }
 
 /// The cases of one fixture file as (line number, text), or `None` if the

@@ -2,8 +2,8 @@
 //! `fixtures/diff/<case>/{old,new}/` holds a lexicon set laid out by NSID
 //! path, and `CASES` lists exactly the changes `diff` must report for it.
 
-use gelstore_codegen::catalog::Catalog;
-use gelstore_codegen::diff::{Change, Severity, diff, rules};
+use gelstore_lexicon::catalog::Catalog;
+use gelstore_lexicon::diff::{Change, Severity, diff, rules};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -544,7 +544,7 @@ const CASES: &[(&str, Expected)] = &[
 ];
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures")
 }
 
 fn load(dir: &Path) -> Catalog {

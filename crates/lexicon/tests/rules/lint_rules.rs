@@ -15,13 +15,13 @@
 //! (file relative to the folder, JSON pointer, rule; pointers with spaces
 //! cannot be written here, so the fixtures avoid them).
 
-use gelstore_codegen::catalog::Catalog;
-use gelstore_codegen::lint::{ALL_RULES, lint};
+use gelstore_lexicon::catalog::Catalog;
+use gelstore_lexicon::lint::{ALL_RULES, lint};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 fn fixtures() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/lint")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fixtures/lint")
 }
 
 fn folders() -> BTreeSet<String> {

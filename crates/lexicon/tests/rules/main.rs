@@ -1,4 +1,4 @@
-//! The lexicon compiler against the atproto interop fixtures and its own
+//! The lexicon toolkit against the atproto interop fixtures and its own
 //! rule tables: one binary, one module per subject.
 
 mod interop_lexicon;

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use gelstore_codegen::Finding;
-use gelstore_codegen::catalog::Catalog;
-use gelstore_codegen::validate::{
+use gelstore_lexicon::Finding;
+use gelstore_lexicon::catalog::Catalog;
+use gelstore_lexicon::validate::{
     DEFAULT_MAX_DEPTH, Validator, coerce_query_params, rules, validate_input, validate_message,
     validate_message_of_type, validate_output, validate_params, validate_query_string,
     validate_record, validate_value,
@@ -940,7 +940,7 @@ fn subscription_messages() {
 
 fn fixture(path: &str) -> Vec<Value> {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures/interop")
+        .join("../../fixtures/interop")
         .join(path);
     serde_json::from_str(&std::fs::read_to_string(p).expect("fixture")).expect("JSON")
 }
