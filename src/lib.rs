@@ -8,6 +8,7 @@ pub mod device;
 pub use gelstore_types::lexicon;
 pub use gelstore_types::lexicon_runtime;
 pub mod lexnet;
+pub mod local_repo;
 pub use gelstore_crypto as crypto;
 pub use gelstore_model as model;
 pub mod provider;

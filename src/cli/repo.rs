@@ -15,6 +15,7 @@ use serde_json::{Map, Value, json};
 
 use super::{Failure, Format, Outcome, finish, say};
 use crate::crypto::PublicKey;
+use crate::local_repo;
 use crate::model::parse_cid;
 use crate::repo::identity::IdentityError;
 use crate::repo::mst::RecordOp;
@@ -168,8 +169,8 @@ pub fn run(data: &Path, cmd: RepoCommand) -> Outcome {
 
 fn init(data: &Path, engine: Option<EngineKind>, format: Format) -> Result<()> {
     let repo = match engine {
-        Some(engine) => Repository::init_with_engine(data, engine)?,
-        None => Repository::init(data)?,
+        Some(engine) => local_repo::init_with_engine(data, engine)?,
+        None => local_repo::init(data)?,
     };
     match format {
         Format::Human => say(repo.did()),
@@ -194,7 +195,7 @@ fn apply(data: &Path, format: Format) -> Result<()> {
     if writes.is_empty() {
         return Err(Failure::input("no writes on stdin: nothing to commit"));
     }
-    let mut repo = Repository::open(data)?;
+    let mut repo = local_repo::open(data)?;
     let info = repo.apply(&writes)?;
     match format {
         Format::Human => say(format_args!(
@@ -344,7 +345,7 @@ fn parse_write(text: &str) -> std::result::Result<Write, String> {
 }
 
 fn get(data: &Path, args: GetArgs) -> Result<()> {
-    let repo = Repository::open(data)?;
+    let repo = local_repo::open(data)?;
     let Some(entry) = repo.get(&args.collection, &args.rkey)? else {
         return Err(Failure::input(format!(
             "record {}/{} does not exist",
@@ -367,7 +368,7 @@ fn get(data: &Path, args: GetArgs) -> Result<()> {
 }
 
 fn ls(data: &Path, args: LsArgs) -> Result<()> {
-    let repo = Repository::open(data)?;
+    let repo = local_repo::open(data)?;
     let stdout = io::stdout();
     let mut out = BufWriter::new(stdout.lock());
     for item in repo.list(args.collection.as_deref())? {
@@ -392,7 +393,7 @@ fn export(data: &Path, args: ExportArgs) -> Result<()> {
         Some(s) => Some(Tid::parse(s).map_err(|e| Failure::input(format!("--since: {e}")))?),
         None => None,
     };
-    let repo = Repository::open(data)?;
+    let repo = local_repo::open(data)?;
     let stats = if args.out == Path::new("-") {
         let (mut out, stats) = repo.export(BufWriter::new(io::stdout().lock()), since)?;
         out.flush()
@@ -548,7 +549,7 @@ fn verify(args: VerifyArgs) -> Result<()> {
 }
 
 fn info(data: &Path, format: Format) -> Result<()> {
-    let mut repo = Repository::open(data)?;
+    let mut repo = local_repo::open(data)?;
     // The firehose's retained events: what the store holds beside the
     // repository itself.
     let (events, event_bytes) = repo.event_window()?;
@@ -584,7 +585,7 @@ fn info(data: &Path, format: Format) -> Result<()> {
 }
 
 fn check(data: &Path, format: Format) -> Result<()> {
-    let repo = Repository::open(data)?;
+    let repo = local_repo::open(data)?;
     let report = repo.check()?;
     match format {
         Format::Human => say(format_args!(

@@ -14,6 +14,7 @@ use super::error::{DeviceError, not_paired};
 use super::records::{self, DeviceEntry, KeyRecords, wrap_writes};
 use super::reseal;
 use super::state::{DeviceState, load_device_key};
+use crate::local_repo;
 use crate::model::{ipld_to_json, record_from_json};
 use crate::repo::repository::{CommitInfo, Repository, Write};
 use crate::repo::tid::TidClock;
@@ -129,7 +130,7 @@ impl Device {
         let dir = dir.as_ref();
         let key = load_device_key(dir)?;
         let mut state = admitted_state(dir)?;
-        let repo = Repository::open(dir)?;
+        let repo = local_repo::open(dir)?;
         // A re-seal whose commit landed before a crash: finish its state.
         reseal::finish_pending(dir, &repo, &mut state)?;
         Device::build(dir, repo, key, state)

@@ -14,6 +14,7 @@ use super::error::DeviceError;
 use super::handle::{Device, derive};
 use super::records::{DEVICE_COLLECTION, KeyRecords, device_to_value, key_writes};
 use super::state::{self, DeviceState, load_device_key, load_or_create_device_key};
+use crate::local_repo;
 use crate::repo::repository::{ImportOptions, ImportStats, Refresh, RepoError, Repository, Write};
 use crate::repo::tid::TidClock;
 use crate::seal::{DeviceKey, Keyring, PairingCode, SealError, pair_request};
@@ -96,7 +97,7 @@ pub fn init(
             created: false,
         });
     }
-    let mut repo = Repository::init(dir)?;
+    let mut repo = local_repo::init(dir)?;
     if !repo.is_writable() {
         return Err(DeviceError::ReadOnlyCopy {
             did: repo.did().to_string(),
@@ -309,7 +310,7 @@ pub fn publish(dir: impl AsRef<Path>, name: Option<&str>) -> Result<String, Devi
         });
     }
     let key = load_device_key(dir)?;
-    let mut repo = Repository::init(dir)?;
+    let mut repo = local_repo::init(dir)?;
     if !repo.is_writable() {
         return Err(DeviceError::ReadOnlyCopy {
             did: repo.did().to_string(),
@@ -362,7 +363,7 @@ pub fn join(
         check_copy_follows(dir, &bytes, &key, &state)?;
     }
     let (repo, _stats, refresh): (Repository, ImportStats, Refresh) =
-        Repository::refresh(dir, bytes.as_slice(), &ImportOptions::default())?;
+        local_repo::refresh(dir, bytes.as_slice(), &ImportOptions::default())?;
     let did = match account_did {
         Some(d) => d.to_owned(),
         None => state
@@ -383,7 +384,7 @@ fn check_copy_follows(
     key: &DeviceKey,
     state: &DeviceState,
 ) -> Result<(), DeviceError> {
-    let held = match Repository::open(dir) {
+    let held = match local_repo::open(dir) {
         Ok(repo) => repo.did().to_owned(),
         // No copy yet, or one that does not open: the refresh says why.
         Err(_) => return Ok(()),
@@ -427,7 +428,7 @@ pub fn join_synced(
     let dir = dir.as_ref();
     let state = pending_or_paired(dir)?;
     let key = load_device_key(dir)?;
-    let repo = Repository::open(dir)?;
+    let repo = local_repo::open(dir)?;
     let did = match account_did {
         Some(d) => d.to_owned(),
         None => crate::sync::SyncState::load(dir, &repo)

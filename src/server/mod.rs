@@ -61,6 +61,7 @@ use self::blob_refs::BlobRefs;
 use self::sessions::Sessions;
 use self::state::{AppState, Identity, Store};
 use crate::chat::ChatStore;
+use crate::local_repo;
 use crate::repo::blobs::{self, BlobStore};
 use crate::repo::identity::load_key;
 use crate::repo::repository::{RepoError, Repository};
@@ -223,7 +224,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         _ => web_did.clone(),
     };
     let open_data = data.clone();
-    let mut repo = tokio::task::spawn_blocking(move || Repository::init_as(&open_data, &did))
+    let mut repo = tokio::task::spawn_blocking(move || local_repo::init_as(&open_data, &did))
         .await
         .map_err(std::io::Error::other)?
         .map_err(Box::new)?;

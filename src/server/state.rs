@@ -21,6 +21,7 @@ use crate::repo::blobs::BlobStore;
 use crate::repo::repository::Repository;
 use crate::repo::repository::WriteHints;
 use crate::repo::tid::TidClock;
+use gelstore_lexicon::catalog::Catalog;
 
 /// Limits on requests and connections.
 #[derive(Debug, Clone, Copy)]
@@ -203,6 +204,9 @@ pub struct AppState {
     /// How many proxies in front append to `X-Forwarded-For` (the client
     /// is that many entries from its right end).
     pub trusted_proxies: usize,
+    /// The lexicons the repository validates records against (the
+    /// answers' `validationStatus` and `validate: true` follow them).
+    pub lexicons: Arc<Catalog>,
 }
 
 /// Who the server is and how it is reached, for [`AppState::new`].
@@ -252,6 +256,7 @@ impl AppState {
             hints: WriteHints::default(),
         };
         let did = core.repo().did().to_owned();
+        let lexicons = core.repo().lexicons().clone();
         Arc::new(AppState {
             core: Mutex::new(core),
             did,
@@ -270,6 +275,7 @@ impl AppState {
             hashing: tokio::sync::Semaphore::new(2),
             behind_proxy,
             trusted_proxies,
+            lexicons,
         })
     }
 

@@ -148,7 +148,8 @@ fn remote_write(
     let ipld = decode_dag_cbor(&bytes).map_err(|e| invalid(e.to_string()))?;
     validate(key, &ipld)?;
     let value = ipld_to_json(&ipld).map_err(|e| invalid(e.to_string()))?;
-    let prepared = prepare_record(collection, rkey, &value).map_err(|e| invalid(e.to_string()))?;
+    let prepared = prepare_record(&gelstore_types::lexicons(), collection, rkey, &value)
+        .map_err(|e| invalid(e.to_string()))?;
     if prepared.cid != cid {
         return Err(SyncError::RecordCidMismatch {
             key: key.to_owned(),
@@ -297,7 +298,9 @@ mod tests {
     }
 
     fn cid_of(rkey: &str, value: &Value) -> Cid {
-        prepare_record(CHAT, rkey, value).unwrap().cid
+        prepare_record(&gelstore_types::lexicons(), CHAT, rkey, value)
+            .unwrap()
+            .cid
     }
 
     fn key(rkey: &str) -> String {
@@ -309,7 +312,7 @@ mod tests {
         let mut blocks = MemoryBlocks::default();
         let mut entries = BTreeMap::new();
         for (rkey, value) in remote {
-            let r = prepare_record(CHAT, rkey, value).unwrap();
+            let r = prepare_record(&gelstore_types::lexicons(), CHAT, rkey, value).unwrap();
             blocks.insert(r.cid, r.bytes);
             entries.insert(r.key, r.cid);
         }

@@ -17,6 +17,7 @@ use super::{
     SyncError, SyncState, did, merge, mirror, stored,
 };
 use crate::crypto::PublicKey;
+use crate::local_repo;
 use crate::repo::blobs::{BlobStore, blob_refs_in};
 use crate::repo::blocks::MemoryBlocks;
 use crate::repo::mst::Mst;
@@ -307,7 +308,7 @@ pub fn sync_with_progress(
     opts: &SyncOptions,
     progress: std::sync::Arc<dyn Progress>,
 ) -> Result<SyncReport, SyncError> {
-    let mut repo = Repository::open(data)?;
+    let mut repo = local_repo::open(data)?;
     let mut state = SyncState::load(data, &repo)?;
     let (session, key) = connect(&repo, opts, &mut state, progress)?;
     let mut pulls = Pulls::default();

@@ -16,8 +16,9 @@ use serde::Serialize;
 
 use super::mirror::{self, RemoteHead};
 use super::{COLLECTION_PREFIX, SyncError, SyncOptions, SyncState, connect};
+use crate::local_repo;
 use crate::repo::mst::RecordOp;
-use crate::repo::repository::{RepoError, Repository};
+use crate::repo::repository::RepoError;
 
 /// Counts of record changes.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
@@ -75,7 +76,7 @@ pub struct StatusReport {
 
 /// Compares the store in `data` with the PDS (see the module docs).
 pub fn status(data: &Path, opts: &SyncOptions) -> Result<StatusReport, SyncError> {
-    let repo = Repository::open(data)?;
+    let repo = local_repo::open(data)?;
     let mut state = SyncState::load(data, &repo)?;
     let (session, key) = connect(
         &repo,

@@ -241,7 +241,7 @@ impl Sealer<'_> {
         )
         .unwrap();
         let sealed = ipld_to_json(&sealed).unwrap();
-        prepare_record(collection, rkey, &sealed)
+        prepare_record(&gelstore_types::lexicons(), collection, rkey, &sealed)
             .unwrap_or_else(|e| panic!("{name}: our own record does not validate: {e}"));
         let field = if record.get("authenticator").is_some() {
             "authenticator"
@@ -526,7 +526,13 @@ fn rust_and_typescript_open_what_the_other_seals_and_refuse_the_same_tampering()
     assert_eq!(t_key.public_key(), t_code.public_key);
     // Its device record: the same signing key we derive, with a proof the code confirms.
     let record = &dev["record"];
-    prepare_record("chat.gel.assistant.device", T, record).expect("the TS device record validates");
+    prepare_record(
+        &gelstore_types::lexicons(),
+        "chat.gel.assistant.device",
+        T,
+        record,
+    )
+    .expect("the TS device record validates");
     let t_signing = record["signingKey"].as_str().unwrap().to_string();
     assert_eq!(t_signing, t_key.signing_key().public_key().to_did_key());
     assert_eq!(
@@ -669,8 +675,13 @@ fn rust_and_typescript_open_what_the_other_seals_and_refuse_the_same_tampering()
     let ts = read_json(dir, "ts-corpus.json");
     let ts_keys = parse_key_records(ts["keyRecords"].as_array().unwrap());
     for w in ts["keyRecords"].as_array().unwrap() {
-        prepare_record("chat.gel.assistant.keyWrap", "3lwraptsaaaa2", w)
-            .expect("a TS key wrap validates");
+        prepare_record(
+            &gelstore_types::lexicons(),
+            "chat.gel.assistant.keyWrap",
+            "3lwraptsaaaa2",
+            w,
+        )
+        .expect("a TS key wrap validates");
     }
     // Only the new chat gets a new key: chat 1 and the settings reuse ours of epoch 1.
     assert_eq!(ts_keys.wraps.len(), 1);
@@ -682,6 +693,7 @@ fn rust_and_typescript_open_what_the_other_seals_and_refuse_the_same_tampering()
     for r in ts_records {
         let name = r["name"].as_str().unwrap();
         prepare_record(
+            &gelstore_types::lexicons(),
             r["collection"].as_str().unwrap(),
             r["rkey"].as_str().unwrap(),
             &r["record"],

@@ -1,14 +1,10 @@
 //! Checking a record before it is written: the collection and record key,
-//! the `$type`, the lexicon (for collections the project defines), and the
-//! data model; then its canonical DAG-CBOR block and CID.
+//! the `$type`, the lexicon (for collections the caller's catalog knows),
+//! and the data model; then its canonical DAG-CBOR block and CID.
 //!
-//! The known lexicons are the project's own, `lexicons/chat/gel/assistant/`
-//! at the workspace root, compiled into the binary so that validation does
-//! not depend on the working directory. A record of a known collection must validate against
-//! its lexicon (including its record-key type); a record of any other
+//! A record of a collection in the catalog must validate against its
+//! lexicon (including its record-key type); a record of any other
 //! collection only has to be valid data model with a matching `$type`.
-
-use std::sync::LazyLock;
 
 use cid::Cid;
 use gelstore_lexicon::catalog::Catalog;
@@ -17,51 +13,6 @@ use serde_json::Value;
 
 use super::mst::check_key;
 use gelstore_model::{DataModelError, cid_for_cbor, record_to_dag_cbor};
-
-macro_rules! lexicon {
-    ($file:literal) => {
-        (
-            $file,
-            include_str!(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/../../lexicons/chat/gel/assistant/",
-                $file
-            )),
-        )
-    };
-}
-
-/// The lexicon files compiled in, as (file name, JSON text).
-pub const KNOWN_LEXICON_FILES: &[(&str, &str)] = &[
-    lexicon!("answerApproval.json"),
-    lexicon!("chat.json"),
-    lexicon!("defs.json"),
-    lexicon!("device.json"),
-    lexicon!("getThread.json"),
-    lexicon!("keyWrap.json"),
-    lexicon!("listApprovals.json"),
-    lexicon!("membership.json"),
-    lexicon!("message.json"),
-    lexicon!("settings.json"),
-    lexicon!("subscribeReply.json"),
-];
-
-static CATALOG: LazyLock<Catalog> = LazyLock::new(|| {
-    let mut catalog = Catalog::new();
-    for (file, text) in KNOWN_LEXICON_FILES {
-        // The files are checked by `lex lint` in CI; a file that does not
-        // parse simply contributes nothing here.
-        if let Ok(value) = serde_json::from_str::<Value>(text) {
-            catalog.add(&format!("lexicons/chat/gel/assistant/{file}"), &value);
-        }
-    }
-    catalog
-});
-
-/// The catalog of the project's own lexicons.
-pub fn known_lexicons() -> &'static Catalog {
-    &CATALOG
-}
 
 /// Why a record cannot be written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -156,8 +107,10 @@ pub fn repo_key(collection: &str, rkey: &str) -> Result<String, RecordError> {
     Ok(key)
 }
 
-/// Checks a record for `collection/rkey` and encodes it.
+/// Checks a record for `collection/rkey` (against its lexicon if
+/// `lexicons` has one) and encodes it.
 pub fn prepare_record(
+    lexicons: &Catalog,
     collection: &str,
     rkey: &str,
     value: &Value,
@@ -180,9 +133,8 @@ pub fn prepare_record(
             });
         }
     }
-    let catalog = known_lexicons();
-    if catalog.get(collection).is_some() {
-        let findings = validate_record(catalog, value, Some(rkey));
+    if lexicons.get(collection).is_some() {
+        let findings = validate_record(lexicons, value, Some(rkey));
         if !findings.is_empty() {
             return Err(RecordError::Invalid {
                 path: key,
@@ -217,26 +169,24 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn every_lexicon_file_is_compiled_in() {
-        let dir = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../lexicons/chat/gel/assistant"
+    /// A catalog of one record lexicon, `com.example.strict` (TID keys, a
+    /// required `n`).
+    fn strict() -> Catalog {
+        let mut catalog = Catalog::new();
+        catalog.add(
+            "strict.json",
+            &json!({"lexicon": 1, "id": "com.example.strict", "defs": {"main": {
+                "type": "record", "key": "tid", "record": {
+                    "type": "object", "required": ["n"],
+                    "properties": {"n": {"type": "integer"}}}}}}),
         );
-        let mut on_disk: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|n| n.ends_with(".json"))
-            .collect();
-        on_disk.sort();
-        let compiled: Vec<&str> = KNOWN_LEXICON_FILES.iter().map(|(f, _)| *f).collect();
-        assert_eq!(on_disk, compiled, "update KNOWN_LEXICON_FILES");
-        assert!(known_lexicons().get("chat.gel.assistant.chat").is_some());
+        catalog
     }
 
     #[test]
     fn unknown_collections_need_only_a_matching_type() {
         let r = prepare_record(
+            &Catalog::new(),
             "com.example.thing",
             "abc",
             &json!({"$type": "com.example.thing", "n": 1}),
@@ -246,6 +196,7 @@ mod tests {
         assert_eq!(r.cid, cid_for_cbor(&r.bytes));
         assert!(matches!(
             prepare_record(
+                &Catalog::new(),
                 "com.example.thing",
                 "abc",
                 &json!({"$type": "com.example.other"})
@@ -253,15 +204,21 @@ mod tests {
             Err(RecordError::TypeMismatch { .. })
         ));
         assert!(matches!(
-            prepare_record("com.example.thing", "abc", &json!({"n": 1})),
+            prepare_record(
+                &Catalog::new(),
+                "com.example.thing",
+                "abc",
+                &json!({"n": 1})
+            ),
             Err(RecordError::TypeMismatch { .. })
         ));
         assert!(matches!(
-            prepare_record("com.example.thing", "abc", &json!([1])),
+            prepare_record(&Catalog::new(), "com.example.thing", "abc", &json!([1])),
             Err(RecordError::NotAnObject { .. })
         ));
         assert!(matches!(
             prepare_record(
+                &Catalog::new(),
                 "com.example.thing",
                 "abc",
                 &json!({"$type": "com.example.thing", "f": 1.5})
@@ -291,16 +248,22 @@ mod tests {
     }
 
     #[test]
-    fn known_collections_are_validated() {
-        let err = prepare_record(
-            "chat.gel.assistant.chat",
-            "3jzfcijpj2z2a",
-            &json!({"$type": "chat.gel.assistant.chat"}),
-        )
-        .unwrap_err();
-        match err {
-            RecordError::Invalid { findings, .. } => assert!(!findings.is_empty()),
-            other => panic!("{other:?}"),
+    fn collections_in_the_catalog_are_validated() {
+        let catalog = strict();
+        let tid = "3jzfcijpj2z2a";
+        let valid = json!({"$type": "com.example.strict", "n": 1});
+        prepare_record(&catalog, "com.example.strict", tid, &valid).unwrap();
+        for (rkey, value) in [
+            (tid, json!({"$type": "com.example.strict"})),
+            (tid, json!({"$type": "com.example.strict", "n": "one"})),
+            ("not-a-tid", valid.clone()),
+        ] {
+            match prepare_record(&catalog, "com.example.strict", rkey, &value) {
+                Err(RecordError::Invalid { findings, .. }) => assert!(!findings.is_empty()),
+                other => panic!("{rkey} {value}: {other:?}"),
+            }
         }
+        // Without the lexicon, the same record is only data model.
+        prepare_record(&Catalog::new(), "com.example.strict", "not-a-tid", &valid).unwrap();
     }
 }

@@ -4,6 +4,9 @@
 //! - [`lexicon`]: one module per lexicon of the project's `lexicons/`
 //!   folder, written by `gelstore lex gen` and checked fresh by the test
 //!   suite (do not edit; `chat` is re-exported at the root).
+//! - [`catalog`]: the lexicon files themselves, compiled in, as the
+//!   [`Catalog`](gelstore_lexicon::catalog::Catalog) a repository validates
+//!   these records against ([`lexicons`]).
 //! - [`lexicon_runtime`]: hand-written: the data-model newtypes, the
 //!   compiled checks and the serde forms every generated type uses. Code
 //!   generated for other lexicons in another crate uses it too
@@ -22,7 +25,9 @@
 //! chat.validate().unwrap();
 //! ```
 
+pub mod catalog;
 pub mod lexicon;
 pub mod lexicon_runtime;
 
+pub use catalog::lexicons;
 pub use lexicon::chat;

@@ -18,7 +18,7 @@ use super::server::require_access;
 use crate::atproto::com::atproto::repo as repo_;
 use crate::model::parse_cid;
 use crate::repo::blobs::blob_refs_in;
-use crate::repo::records::{known_lexicons, prepare_record};
+use crate::repo::records::prepare_record;
 use crate::repo::repository::{CommitInfo, RepoError, Write};
 use crate::server::error::XrpcError;
 use crate::server::state::{AppState, Core};
@@ -79,11 +79,15 @@ fn cid_param(what: &str, s: Option<&str>) -> Result<Option<Cid>, XrpcError> {
     .transpose()
 }
 
-fn check_validate(collection: &str, validate: Option<bool>) -> Result<(), XrpcError> {
+fn check_validate(
+    state: &AppState,
+    collection: &str,
+    validate: Option<bool>,
+) -> Result<(), XrpcError> {
     // Records of known lexicons are always validated (see docs/server.md); asking
     // for validation of a collection we have no lexicon for is an error,
     // as on the reference PDS.
-    if validate == Some(true) && known_lexicons().get(collection).is_none() {
+    if validate == Some(true) && state.lexicons.get(collection).is_none() {
         return Err(XrpcError::invalid_request(format!(
             "Lexicon not found: {}",
             collection.chars().take(300).collect::<String>()
@@ -92,8 +96,8 @@ fn check_validate(collection: &str, validate: Option<bool>) -> Result<(), XrpcEr
     Ok(())
 }
 
-fn validation_status(collection: &str) -> &'static str {
-    if known_lexicons().get(collection).is_some() {
+fn validation_status(state: &AppState, collection: &str) -> &'static str {
+    if state.lexicons.get(collection).is_some() {
         "valid"
     } else {
         "unknown"
@@ -231,7 +235,8 @@ fn check_blob_refs(core: &Core, writes: &[Write]) -> Result<(), XrpcError> {
         // A record that is invalid anyway gets that error, as the reference
         // PDS validates before it looks at blobs (a malformed blob ref is
         // `InvalidRecord`/`InvalidRequest`, not `BlobNotFound`).
-        prepare_record(w.collection(), w.rkey(), value).map_err(RepoError::from)?;
+        prepare_record(core.repo().lexicons(), w.collection(), w.rkey(), value)
+            .map_err(RepoError::from)?;
         for r in refs {
             if core.blob_refs.is_referenced(&r.cid) {
                 continue;
@@ -309,9 +314,9 @@ pub async fn create_record(state: &Arc<AppState>, req: Request) -> Result<Respon
     require_access(state, &req)?;
     let input: CreateInput = req.input()?;
     state.own_repo(&input.repo)?;
-    check_validate(&input.collection, input.validate)?;
+    check_validate(state, &input.collection, input.validate)?;
     let swap_commit = cid_param("swapCommit", input.swap_commit.as_deref())?;
-    let status = validation_status(&input.collection);
+    let status = validation_status(state, &input.collection);
     let planned = vec![Planned::Create {
         collection: input.collection,
         rkey: input.rkey,
@@ -338,14 +343,14 @@ pub async fn put_record(state: &Arc<AppState>, req: Request) -> Result<Response,
     require_access(state, &req)?;
     let input: PutInput = req.input()?;
     state.own_repo(&input.repo)?;
-    check_validate(&input.collection, input.validate)?;
+    check_validate(state, &input.collection, input.validate)?;
     let swap = match &input.swap_record {
         None => Swap::Any,
         Some(None) => Swap::Absent,
         Some(Some(s)) => Swap::Is(cid_param("swapRecord", Some(s))?.expect("given")),
     };
     let swap_commit = cid_param("swapCommit", input.swap_commit.as_deref())?;
-    let status = validation_status(&input.collection);
+    let status = validation_status(state, &input.collection);
     // The record already stored as given: a no-op without a commit (the
     // swaps are not checked), as the reference PDS answers it. `gelstore
     // sync` relies on this for its create-if-absent retries.
@@ -445,7 +450,7 @@ pub async fn apply_writes(state: &Arc<AppState>, req: Request) -> Result<Respons
     for (i, w) in input.writes.into_iter().enumerate() {
         let op: WriteOp = serde_json::from_value(w)
             .map_err(|e| XrpcError::invalid_request(format!("Invalid input: writes/{i}: {e}")))?;
-        check_validate(&op.collection, input.validate)?;
+        check_validate(state, &op.collection, input.validate)?;
         let need = |v: Option<String>, what: &str| {
             v.ok_or_else(|| XrpcError::invalid_request(format!("writes/{i} must have {what}")))
         };
@@ -495,7 +500,7 @@ pub async fn apply_writes(state: &Arc<AppState>, req: Request) -> Result<Respons
                 "$type": format!("com.atproto.repo.applyWrites{kind}Result"),
                 "uri": uri(state, &d.collection, &d.rkey),
                 "cid": d.cid.map(|c| c.to_string()),
-                "validationStatus": validation_status(&d.collection),
+                "validationStatus": validation_status(state, &d.collection),
             }),
         })
         .collect();

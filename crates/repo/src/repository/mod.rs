@@ -89,6 +89,7 @@ use super::records::{RecordError, check_collection, prepare_record, repo_key};
 use super::tid::{Tid, TidClock, TidError};
 use super::verify::VerifyError;
 use gelstore_crypto::SigningKey;
+use gelstore_lexicon::catalog::Catalog;
 use gelstore_model::{decode_dag_cbor, ipld_to_json};
 use gelstore_store::{Batch, Engine, EngineError, EngineKind, Table, open_store};
 
@@ -402,6 +403,10 @@ pub struct Repository {
     clock: TidClock,
     /// The `#commit` event log (issue 8).
     events: EventLog,
+    /// The lexicons records are validated against before they are written
+    /// (empty unless the caller gives some: then only the data model and
+    /// `$type` are checked).
+    lexicons: Arc<Catalog>,
 }
 
 impl std::fmt::Debug for Repository {
@@ -558,6 +563,7 @@ impl Repository {
             mst,
             clock,
             events: log,
+            lexicons: Arc::default(),
         })
     }
 
@@ -628,7 +634,20 @@ impl Repository {
             mst,
             clock: TidClock::new(),
             events,
+            lexicons: Arc::default(),
         })
+    }
+
+    /// Validates every record written from now on against `lexicons` when
+    /// its collection is there (see [`prepare_record`]).
+    pub fn with_lexicons(mut self, lexicons: Arc<Catalog>) -> Repository {
+        self.lexicons = lexicons;
+        self
+    }
+
+    /// The lexicons records are validated against.
+    pub fn lexicons(&self) -> &Arc<Catalog> {
+        &self.lexicons
     }
 
     /// The account DID.
@@ -790,7 +809,7 @@ impl Repository {
                     rkey,
                     value,
                 } => {
-                    let record = prepare_record(collection, rkey, value)?;
+                    let record = prepare_record(&self.lexicons, collection, rkey, value)?;
                     if tree.get(&record.key)?.is_some() {
                         return Err(RepoError::RecordExists { path: record.key });
                     }
@@ -803,7 +822,7 @@ impl Repository {
                     value,
                     swap,
                 } => {
-                    let record = prepare_record(collection, rkey, value)?;
+                    let record = prepare_record(&self.lexicons, collection, rkey, value)?;
                     check_current(&tree, &record.key, *swap)?;
                     tree.insert(&record.key, record.cid)?;
                     record_blocks.insert(record.cid, record.bytes);

@@ -21,7 +21,9 @@ fn thing(n: i64) -> Value {
 
 fn new_repo() -> (Arc<MemoryEngine>, Repository) {
     let engine = Arc::new(MemoryEngine::new());
-    let repo = Repository::init_engine(engine.clone(), key(1)).unwrap();
+    let repo = Repository::init_engine(engine.clone(), key(1))
+        .unwrap()
+        .with_lexicons(gelstore_types::lexicons());
     (engine, repo)
 }
 
