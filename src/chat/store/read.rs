@@ -4,6 +4,38 @@
 use super::*;
 
 impl ChatStore {
+    /// The chat record at `chat`.
+    pub fn chat(&self, chat: &str) -> Result<Chat> {
+        let (value, _) = self.record(CHAT, chat, |chat| ChatStoreError::NoChat { chat })?;
+        serde_json::from_value(value).map_err(|e| invalid("chat record", e))
+    }
+
+    pub(super) fn message(&self, key: &str) -> Result<(Message, Cid)> {
+        let (value, cid) = self.record(MESSAGE, key, |key| ChatStoreError::NoMessage { key })?;
+        let m = serde_json::from_value(value).map_err(|e| invalid("message record", e))?;
+        Ok((m, cid))
+    }
+
+    /// The record at `collection/key`; `missing` names it (its key cut to
+    /// 64 characters when it is not even a record key) when absent.
+    fn record(
+        &self,
+        collection: &str,
+        key: &str,
+        missing: impl Fn(String) -> ChatStoreError,
+    ) -> Result<(Value, Cid)> {
+        let entry = self
+            .device
+            .repo()
+            .get(collection, key)
+            .map_err(|e| match e {
+                RepoError::Record(_) => missing(key.chars().take(64).collect()),
+                e => DeviceError::from(e).into(),
+            })?
+            .ok_or_else(|| missing(key.to_string()))?;
+        Ok((entry.value, entry.cid))
+    }
+
     /// Follows writes made around this store (a server applying its
     /// clients' writes through [`ChatStore::repo_mut`], a sync): if the
     /// repository moved, the keyring is re-derived, and the approval index

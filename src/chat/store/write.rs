@@ -38,42 +38,6 @@ impl ChatStore {
         Ok(self.device.repo().head().commit)
     }
 
-    /// The chat record at `chat`.
-    pub fn chat(&self, chat: &str) -> Result<Chat> {
-        let entry = self
-            .device
-            .repo()
-            .get(CHAT, chat)
-            .map_err(|e| match e {
-                RepoError::Record(_) => ChatStoreError::NoChat {
-                    chat: chat.chars().take(64).collect(),
-                },
-                e => DeviceError::from(e).into(),
-            })?
-            .ok_or_else(|| ChatStoreError::NoChat {
-                chat: chat.to_string(),
-            })?;
-        serde_json::from_value(entry.value).map_err(|e| invalid("chat record", e))
-    }
-
-    pub(super) fn message(&self, key: &str) -> Result<(Message, Cid)> {
-        let entry = self
-            .device
-            .repo()
-            .get(MESSAGE, key)
-            .map_err(|e| match e {
-                RepoError::Record(_) => ChatStoreError::NoMessage {
-                    key: key.chars().take(64).collect(),
-                },
-                e => DeviceError::from(e).into(),
-            })?
-            .ok_or_else(|| ChatStoreError::NoMessage {
-                key: key.to_string(),
-            })?;
-        let m = serde_json::from_value(entry.value).map_err(|e| invalid("message record", e))?;
-        Ok((m, entry.cid))
-    }
-
     /// Sends a user message with `text` to `chat`, continuing from `parent`
     /// (absent on a chat's first message) and asking for reply `attempt`.
     /// Returns its key (a TID). A message continuing from a waiting reply
@@ -85,16 +49,7 @@ impl ChatStore {
         parent: Option<ReplyKey>,
         attempt: Attempt,
     ) -> Result<Tid> {
-        let content = PlainContent {
-            parts: vec![PlainContentPartsItem::TextPart(TextPart {
-                provider_data: None,
-                text: text.to_string(),
-                extra: Default::default(),
-            })],
-            error: None,
-            extra: Default::default(),
-        };
-        self.write_user(chat, content, parent, attempt, None, false)
+        self.write_user(chat, text_content(text), parent, attempt, None, false)
     }
 
     /// [`ChatStore::send`] with the rest of the generation request (the
@@ -108,16 +63,14 @@ impl ChatStore {
         attempt: Attempt,
         request: &GenerationRequest,
     ) -> Result<Tid> {
-        let content = PlainContent {
-            parts: vec![PlainContentPartsItem::TextPart(TextPart {
-                provider_data: None,
-                text: text.to_string(),
-                extra: Default::default(),
-            })],
-            error: None,
-            extra: Default::default(),
-        };
-        self.write_user(chat, content, parent, attempt, Some(request), false)
+        self.write_user(
+            chat,
+            text_content(text),
+            parent,
+            attempt,
+            Some(request),
+            false,
+        )
     }
 
     pub(super) fn write_user(
@@ -180,5 +133,18 @@ impl ChatStore {
         }
         self.save_index()?;
         Ok(key)
+    }
+}
+
+/// A user message's content: one text part.
+fn text_content(text: &str) -> PlainContent {
+    PlainContent {
+        parts: vec![PlainContentPartsItem::TextPart(TextPart {
+            provider_data: None,
+            text: text.to_string(),
+            extra: Default::default(),
+        })],
+        error: None,
+        extra: Default::default(),
     }
 }
