@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use super::{Failure, Format, Outcome, finish, say};
 use crate::device::{self, DeviceError, DeviceListing};
 use crate::repo::car::CarError;
-use crate::repo::identity::IdentityError;
+use crate::repo::key_file::KeyFileError;
 use crate::repo::repository::Refresh;
 use crate::repo::repository::RepoError;
 use crate::seal::keys::hex;
@@ -140,8 +140,8 @@ pub(super) fn is_environment(e: &DeviceError) -> bool {
         DeviceError::Repo(repo) => matches!(
             **repo,
             RepoError::Engine(_)
-                | RepoError::Identity(IdentityError::Io { .. })
-                | RepoError::Identity(IdentityError::Permissions { .. })
+                | RepoError::KeyFile(KeyFileError::Io { .. })
+                | RepoError::KeyFile(KeyFileError::Permissions { .. })
                 | RepoError::Car(CarError::Io(_))
         ),
         _ => false,

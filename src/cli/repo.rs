@@ -17,7 +17,7 @@ use super::{Failure, Format, Outcome, finish, say};
 use crate::crypto::PublicKey;
 use crate::local_repo;
 use crate::model::parse_cid;
-use crate::repo::identity::IdentityError;
+use crate::repo::key_file::KeyFileError;
 use crate::repo::mst::RecordOp;
 use crate::repo::repository::{
     CommitInfo, ImportOptions, RepoError, Repository, Write, verify_car,
@@ -138,7 +138,7 @@ impl From<RepoError> for Failure {
         let environment = matches!(
             &e,
             RepoError::Engine(_)
-                | RepoError::Identity(IdentityError::Io { .. })
+                | RepoError::KeyFile(KeyFileError::Io { .. })
                 | RepoError::Car(crate::repo::car::CarError::Io(_))
         );
         let message = e.to_string();

@@ -172,7 +172,7 @@ pub fn init(
 /// same code. Needs no repository.
 pub fn pair(dir: impl AsRef<Path>, rng: &mut impl CryptoRng) -> Result<PairOutcome, DeviceError> {
     let dir = dir.as_ref();
-    crate::repo::identity::create_private_dir(dir).map_err(RepoError::from)?;
+    crate::repo::key_file::create_private_dir(dir).map_err(RepoError::from)?;
     let state = DeviceState::load(dir)?;
     if let Some(state) = &state {
         if let (true, Some(device)) = (state.is_admitted(), &state.device) {

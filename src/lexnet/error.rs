@@ -2,6 +2,8 @@
 
 use thiserror::Error;
 
+use crate::identity::IdentityError;
+
 /// A lexicon-network failure, each named for what the user can do about it.
 #[derive(Debug, Error)]
 #[non_exhaustive]
@@ -23,9 +25,9 @@ pub enum LexNetError {
     /// The DNS query itself failed (no answer, a timeout).
     #[error("cannot look up {name}: {reason}")]
     Dns { name: String, reason: String },
-    /// The DID document could not be found or read.
-    #[error("cannot resolve {did}: {reason}")]
-    Identity { did: String, reason: String },
+    /// The DID document could not be found or read, or names no key.
+    #[error(transparent)]
+    Identity(#[from] IdentityError),
     /// The DID document names no PDS.
     #[error("the DID document of {did} names no PDS (service #atproto_pds)")]
     NoPds { did: String },
@@ -93,6 +95,7 @@ impl LexNetError {
     pub fn is_environment(&self) -> bool {
         match self {
             LexNetError::Dns { .. } | LexNetError::Http { .. } | LexNetError::Io { .. } => true,
+            LexNetError::Identity(e) => matches!(e, IdentityError::Unreachable { .. }),
             LexNetError::Publish(e) => e.is_environment(),
             _ => false,
         }

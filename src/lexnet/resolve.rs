@@ -18,6 +18,7 @@ use serde_json::Value;
 
 use super::LexNetError;
 use crate::crypto::PublicKey;
+use crate::identity::{DidResolver, HttpResolver};
 use crate::model::{decode_dag_cbor, ipld_to_json};
 use crate::repo::proof::verify_record_proof;
 use crate::repo::verify::{SignatureCheck, VerifyOptions};
@@ -79,7 +80,7 @@ pub struct Resolver {
     rt: tokio::runtime::Runtime,
     dns: TokioResolver,
     http: reqwest::Client,
-    plc: String,
+    identity: Box<dyn DidResolver>,
     dids: RefCell<HashMap<String, String>>,
     accounts: RefCell<HashMap<String, Account>>,
     schemas: RefCell<HashMap<String, Resolution>>,
@@ -132,13 +133,18 @@ impl Resolver {
             .build()
             .map_err(|e| LexNetError::Io {
                 what: "make the HTTP client".into(),
-                reason: crate::sync::error_chain(&e),
+                reason: crate::net::error_chain(&e),
+            })?;
+        let identity =
+            HttpResolver::new(&options.plc, options.timeout).map_err(|e| LexNetError::Io {
+                what: "start the DID resolver".into(),
+                reason: e.to_string(),
             })?;
         Ok(Resolver {
             rt,
             dns,
             http,
-            plc: options.plc.clone(),
+            identity: Box::new(identity),
             dids: RefCell::default(),
             accounts: RefCell::default(),
             schemas: RefCell::default(),
@@ -272,22 +278,9 @@ impl Resolver {
         if let Some(a) = self.accounts.borrow().get(did) {
             return Ok(a.clone());
         }
-        let identity = |reason: String| LexNetError::Identity {
-            did: did.to_owned(),
-            reason,
-        };
-        let url =
-            crate::sync::did::document_url(did, &self.plc).map_err(|e| identity(e.to_string()))?;
-        let doc: Value = match self.get(&url)? {
-            Answer::Ok(bytes) => serde_json::from_slice(&bytes)
-                .map_err(|e| identity(format!("{url} is not JSON: {e}")))?,
-            Answer::Error { status, .. } => {
-                return Err(identity(format!("{url} answered HTTP {status}")));
-            }
-        };
-        let key =
-            crate::sync::did::atproto_key(&doc, did, &url).map_err(|e| identity(e.to_string()))?;
-        let pds = pds_endpoint(&doc).ok_or_else(|| LexNetError::NoPds {
+        let doc = self.identity.resolve(did)?;
+        let key = doc.atproto_key()?;
+        let pds = doc.pds_endpoint().ok_or_else(|| LexNetError::NoPds {
             did: did.to_owned(),
         })?;
         let account = Account { pds, key };
@@ -308,7 +301,7 @@ impl Resolver {
                 .get(url)
                 .send()
                 .await
-                .map_err(|e| http(crate::sync::error_chain(&e)))?;
+                .map_err(|e| http(crate::net::error_chain(&e)))?;
             let status = response.status().as_u16();
             if response.content_length().unwrap_or(0) > MAX_ANSWER as u64 {
                 return Err(http(format!("an answer over {MAX_ANSWER} bytes")));
@@ -316,7 +309,7 @@ impl Resolver {
             let bytes = response
                 .bytes()
                 .await
-                .map_err(|e| http(crate::sync::error_chain(&e)))?;
+                .map_err(|e| http(crate::net::error_chain(&e)))?;
             if bytes.len() > MAX_ANSWER {
                 return Err(http(format!("an answer over {MAX_ANSWER} bytes")));
             }
@@ -340,16 +333,6 @@ enum Answer {
         error: String,
         message: String,
     },
-}
-
-/// The `#atproto_pds` service endpoint of a DID document.
-fn pds_endpoint(doc: &Value) -> Option<String> {
-    doc["service"].as_array()?.iter().find_map(|s| {
-        let id = s["id"].as_str()?;
-        (id == "#atproto_pds" || id.ends_with("#atproto_pds"))
-            .then(|| s["serviceEndpoint"].as_str().map(str::to_owned))
-            .flatten()
-    })
 }
 
 /// The lexicon document a verified schema record block holds.
@@ -396,15 +379,5 @@ mod tests {
             txt_name("not an nsid"),
             Err(LexNetError::BadNsid { .. })
         ));
-    }
-
-    #[test]
-    fn the_pds_is_the_atproto_pds_service() {
-        let doc = serde_json::json!({"service": [
-            {"id": "#other", "serviceEndpoint": "https://x"},
-            {"id": "did:web:a#atproto_pds", "type": "AtprotoPersonalDataServer", "serviceEndpoint": "https://pds.example"},
-        ]});
-        assert_eq!(pds_endpoint(&doc).as_deref(), Some("https://pds.example"));
-        assert_eq!(pds_endpoint(&serde_json::json!({})), None);
     }
 }

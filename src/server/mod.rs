@@ -29,8 +29,6 @@ mod chat_index;
 mod conn;
 mod error;
 mod firehose;
-mod identity;
-mod plc;
 mod ratelimit;
 mod routes;
 pub mod running;
@@ -51,8 +49,8 @@ use axum::routing::{any, get};
 pub use self::account::{ACCOUNT_FILE, DEFAULT_HANDLE};
 pub use self::assistant::{AssistantOptions, RunnerOptions};
 pub use self::error::XrpcError;
-pub use self::plc::PlcError;
 pub use self::state::Limits;
+pub use crate::identity::PlcError;
 
 use self::account::{Account, PasswordNote};
 use self::assistant::Assistant;
@@ -61,9 +59,10 @@ use self::blob_refs::BlobRefs;
 use self::sessions::Sessions;
 use self::state::{AppState, Identity, Store};
 use crate::chat::ChatStore;
+use crate::identity::{plc, web as did_web};
 use crate::local_repo;
 use crate::repo::blobs::{self, BlobStore};
-use crate::repo::identity::load_key;
+use crate::repo::key_file::load_key;
 use crate::repo::repository::{RepoError, Repository};
 
 /// The address `gelstore serve` listens on by default.
@@ -164,7 +163,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     let data = options.data.clone();
     let grace = sessions::grace_from_env().map_err(ServeError::Setting)?;
     let blob_window = blobs::temp_window_from_env().map_err(ServeError::Setting)?;
-    crate::repo::identity::create_private_dir(&data).map_err(|e| Box::new(RepoError::from(e)))?;
+    crate::repo::key_file::create_private_dir(&data).map_err(|e| Box::new(RepoError::from(e)))?;
     // Refuse early and clearly if another server holds the folder.
     running::check_free(&data)?;
     // No other server holds it: the temporary files in its blob folder
@@ -183,16 +182,16 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
     let addr = listener.local_addr()?;
     // What clients use (the DID document, the ready line), and what this
     // machine's own commands use (`serve.json`).
-    let local_service = identity::service_for(addr).0;
+    let local_service = did_web::service_for(addr).0;
     let (service, web_did) = match &options.public_url {
-        Some(url) => identity::service_for_url(url).map_err(ServeError::Setting)?,
+        Some(url) => did_web::service_for_url(url).map_err(ServeError::Setting)?,
         None => {
             if !addr.ip().is_loopback() {
                 eprintln!(
                     "note: listening on {addr} without --public-url: the account's did:web names an IP address, which clients cannot resolve; give the host name clients use with --public-url"
                 );
             }
-            identity::service_for(addr)
+            did_web::service_for(addr)
         }
     };
 
@@ -211,7 +210,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
         Some(plc) if !repository_exists(&data) => {
             let key_data = data.clone();
             let key = tokio::task::spawn_blocking(move || {
-                crate::repo::identity::load_or_create_key(&key_data)
+                crate::repo::key_file::load_or_create_key(&key_data)
             })
             .await
             .map_err(std::io::Error::other)?
@@ -252,7 +251,7 @@ async fn serve(options: ServeOptions, ready: impl FnOnce(&Ready)) -> Result<(), 
             account.handle
         );
     }
-    let did_doc = identity::did_document(repo.did(), &account.handle, &key.public_key(), &service);
+    let did_doc = did_web::did_document(repo.did(), &account.handle, &key.public_key(), &service);
     let token_key = account
         .token_key()
         .ok_or_else(|| account::AccountError::Malformed {

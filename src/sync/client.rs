@@ -20,6 +20,7 @@ use serde_json::Value;
 use super::SyncError;
 use super::auth::{Auth, BoxError, RefreshRefused, Tokens};
 use super::progress::{NoProgress, Progress};
+use crate::net::error_chain;
 
 /// The reqwest client plus the bearer tokens of the session, once logged in.
 pub(crate) struct AuthClient {
@@ -134,8 +135,8 @@ impl XrpcClient for AuthClient {
 pub struct Session {
     rt: tokio::runtime::Runtime,
     api: AtpServiceClient<AuthClient>,
-    http: reqwest::Client,
-    /// `http` as atrium's `HttpClient`, for the one call posted as JSON.
+    /// The HTTP client as atrium's `HttpClient`, for the one call posted
+    /// as JSON.
     plain: ReqwestClient,
     auth: Arc<Auth>,
     progress: Arc<dyn Progress>,
@@ -212,18 +213,6 @@ fn transport_error(
     }
 }
 
-/// An error and its sources, joined (reqwest hides the cause in `source`).
-pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
 pub(crate) fn http_client() -> Result<reqwest::Client, SyncError> {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(10))
@@ -294,7 +283,6 @@ impl Session {
         });
         Ok(Session {
             rt,
-            http,
             plain: inner,
             auth,
             progress,
@@ -655,35 +643,6 @@ impl Session {
             .block_on(self.api.service.com.atproto.sync.get_repo(params.into()))
             .map_err(|e| xrpc_error(&self.service, sync::get_repo::NSID, e))
     }
-
-    /// `GET url`: the account's DID document (the URL from
-    /// [`super::did::document_url`]).
-    pub fn did_document(&self, url: &str) -> Result<Value, SyncError> {
-        self.rt.block_on(async {
-            let fail = |reason: String| SyncError::DidResolution {
-                did: self.did.clone(),
-                url: url.to_owned(),
-                reason,
-            };
-            // A PLC directory or did:web host that cannot be reached is
-            // the environment's failure (exit 2), like an unreachable PDS.
-            let resp = self
-                .http
-                .get(url)
-                .send()
-                .await
-                .map_err(|e| SyncError::Unreachable {
-                    url: origin(url),
-                    reason: error_chain(&e),
-                })?;
-            if !resp.status().is_success() {
-                return Err(fail(format!("HTTP {}", resp.status())));
-            }
-            resp.json::<Value>()
-                .await
-                .map_err(|e| fail(error_chain(&e)))
-        })
-    }
 }
 
 /// The replica's calls (see docs/sync.md): the remote head, `since` pulls and the
@@ -762,32 +721,5 @@ fn bad_request(method: &'static str, reason: String) -> SyncError {
         status: 0,
         error: "BadRequest".into(),
         message: reason,
-    }
-}
-
-/// `scheme://host:port` of a URL (what "cannot reach" names).
-fn origin(url: &str) -> String {
-    let after_scheme = url.find("://").map_or(0, |i| i + 3);
-    match url[after_scheme..].find('/') {
-        Some(i) => url[..after_scheme + i].to_owned(),
-        None => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::origin;
-
-    #[test]
-    fn origin_names_scheme_host_and_port() {
-        assert_eq!(
-            origin("http://127.0.0.1:9/did:plc:abc"),
-            "http://127.0.0.1:9"
-        );
-        assert_eq!(
-            origin("https://example.com/.well-known/did.json"),
-            "https://example.com"
-        );
-        assert_eq!(origin("http://localhost:2583"), "http://localhost:2583");
     }
 }

@@ -61,25 +61,10 @@ pub enum SyncError {
         /// The DID logged in.
         got: String,
     },
-    /// The account's DID is not one sync can resolve (did:plc and
-    /// host-only did:web are); nothing was fetched.
-    #[error("cannot resolve the DID document of {did}: {reason}")]
-    UnsupportedDid {
-        /// The DID.
-        did: String,
-        /// Why.
-        reason: String,
-    },
-    /// The account's signing key could not be found.
-    #[error("cannot resolve the key of {did} from {url}: {reason}")]
-    DidResolution {
-        /// The DID.
-        did: String,
-        /// Where it was looked up.
-        url: String,
-        /// Why it failed.
-        reason: String,
-    },
+    /// The account's DID document could not be had, or names no usable
+    /// `#atproto` key.
+    #[error(transparent)]
+    Identity(#[from] crate::identity::IdentityError),
     /// The PDS's repository did not verify.
     #[error("the PDS's repository CAR failed verification: {0}")]
     Verify(Box<VerifyError>),
@@ -183,7 +168,10 @@ impl SyncError {
     pub fn is_environment(&self) -> bool {
         matches!(
             self,
-            SyncError::Unreachable { .. } | SyncError::Io { .. } | SyncError::Local(_)
+            SyncError::Unreachable { .. }
+                | SyncError::Io { .. }
+                | SyncError::Local(_)
+                | SyncError::Identity(crate::identity::IdentityError::Unreachable { .. })
         )
     }
 }

@@ -7,7 +7,7 @@
 //! 1. login (`connect`): `createSession`; a store linked to another
 //!    account is refused; the `#atproto` key of the DID document (PLC
 //!    directory for did:plc, the host's `/.well-known/did.json` for
-//!    did:web: [`did`]) is resolved before anything is written.
+//!    did:web: `identity::resolve`) is resolved before anything is written.
 //! 2. pull ([`mirror::fetch`]): nothing when `getLatestCommit` names the
 //!    mirrored head; else `getRepo?since=<mirrored rev>`, verified over the
 //!    mirror's rebuilt tree and the local record blocks, or the full
@@ -52,13 +52,12 @@
 //! push engine ([`push`]); `run.rs` the run that orders login, pull,
 //! merge, re-seal, push and the final check ([`sync`]); [`mirror`],
 //! [`merge`], [`stored`], [`status`](mod@status) and the transport (`client.rs`,
-//! `auth.rs`, `batch.rs`, [`did`], [`progress`]) as named. The first three
+//! `auth.rs`, `batch.rs`, [`progress`]) as named. The first three
 //! are private and re-exported here, so callers name `sync::…` as before.
 
 mod auth;
 mod batch;
 mod client;
-pub mod did;
 mod error;
 pub mod merge;
 pub mod mirror;
@@ -75,7 +74,6 @@ use serde::{Deserialize, Serialize};
 
 pub use crate::device::reseal::ResealOutcome;
 pub use client::Session;
-pub(crate) use client::error_chain;
 pub use error::SyncError;
 pub use merge::MergeReport;
 pub use mirror::RemoteHead;

@@ -14,9 +14,10 @@ use serde::Serialize;
 use super::push::{local_cids, push};
 use super::{
     COLLECTION_PREFIX, MergeReport, NoProgress, Progress, PushReport, ResealOutcome, Session,
-    SyncError, SyncState, did, merge, mirror, stored,
+    SyncError, SyncState, merge, mirror, stored,
 };
 use crate::crypto::PublicKey;
+use crate::identity::{DidResolver, HttpResolver};
 use crate::local_repo;
 use crate::repo::blobs::{BlobStore, blob_refs_in};
 use crate::repo::blocks::MemoryBlocks;
@@ -78,12 +79,17 @@ pub struct SyncReport {
 
 /// The account's `#atproto` signing key, from its DID document: from the
 /// PLC directory `plc` for a did:plc, from the host itself for a did:web
-/// (see [`did::document_url`]).
+/// (see [`crate::identity::document_url`]).
 pub fn signing_key(session: &Session, plc: &str) -> Result<PublicKey, SyncError> {
-    let url = did::document_url(session.did(), plc)?;
-    let doc = session.did_document(&url)?;
-    did::atproto_key(&doc, session.did(), &url)
+    let resolver = HttpResolver::new(plc, DID_TIMEOUT).map_err(|e| SyncError::Io {
+        what: "start the DID resolver".into(),
+        reason: e.to_string(),
+    })?;
+    Ok(resolver.resolve(session.did())?.atproto_key()?)
 }
+
+/// The longest a DID document may take to come.
+const DID_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Fetches the PDS's whole repository and checks it with
 /// [`verify_remote`] (a one-off check; [`sync`] pulls through the mirror).

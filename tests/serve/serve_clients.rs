@@ -33,7 +33,7 @@ fn atproto_api_and_repo_clients_work_against_gelstore_serve() {
         "the CAR is at the head the API saw"
     );
     // The key the DID document names is the store's signing key.
-    let key = gelstore::repo::identity::load_key(&serve.data)
+    let key = gelstore::repo::key_file::load_key(&serve.data)
         .unwrap()
         .unwrap();
     assert_eq!(verified["key"], key.public_key().to_did_key().as_str());

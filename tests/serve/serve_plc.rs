@@ -33,7 +33,7 @@ fn a_did_plc_account_works_with_the_standard_clients_and_gelstore_sync() {
     };
     run("api", &[]);
     let verified = run("verify", &[]);
-    let key = gelstore::repo::identity::load_key(&serve.data)
+    let key = gelstore::repo::key_file::load_key(&serve.data)
         .unwrap()
         .unwrap();
     assert_eq!(verified["key"], key.public_key().to_did_key().as_str());

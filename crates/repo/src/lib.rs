@@ -13,7 +13,7 @@
 //!   commits of record writes, garbage collection, CAR export/import.
 //! - [`records`]: checks a record before it is written (names, `$type`,
 //!   the project's lexicons, data model).
-//! - [`identity`]: the local signing key file.
+//! - [`key_file`]: the local signing key file.
 //! - [`events`]: the `subscribeRepos` `#commit` event stream: frames written
 //!   with each commit, cursors and retention, strict decoding and the
 //!   consumer's inductive check.
@@ -42,7 +42,7 @@ pub mod car;
 pub mod commit;
 pub mod events;
 pub mod export;
-pub mod identity;
+pub mod key_file;
 
 pub mod mst;
 pub mod proof;

@@ -20,7 +20,7 @@ use super::{
 };
 use crate::car::{Car, CarLimits};
 use crate::commit::Commit;
-use crate::identity;
+use crate::key_file;
 use crate::verify::{
     RepoSummary, SignatureCheck, VerifiedRepo, VerifyError, VerifyOptions, shorten, single_root,
     verify_with_nodes,
@@ -124,12 +124,12 @@ impl Repository {
         } else {
             None
         };
-        let key = identity::load_key(dir)?;
+        let key = key_file::load_key(dir)?;
         let verified = verify_car(reader, options)?;
         let engine = match engine {
             Some(engine) => engine,
             None => {
-                identity::create_private_dir(dir)?;
+                key_file::create_private_dir(dir)?;
                 open_store(&store_path(dir), None)?
             }
         };

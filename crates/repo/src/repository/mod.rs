@@ -7,7 +7,7 @@
 //!
 //! ```text
 //! DATA/            created with mode 0700
-//!   signing.key    the account key (see `repo::identity`), mode 0600
+//!   signing.key    the account key (see `repo::key_file`), mode 0600
 //!   store/         the store: a redb file or a sled database (see `gelstore_store`)
 //! ```
 //!
@@ -83,7 +83,7 @@ use super::car::CarError;
 use super::commit::{Commit, CommitError, UnsignedCommit};
 use super::events::{EventError, EventLog};
 use super::export::ExportError;
-use super::identity::{self, IdentityError};
+use super::key_file::{self, KeyFileError};
 use super::mst::{Mst, MstError, RecordOp};
 use super::records::{RecordError, check_collection, prepare_record, repo_key};
 use super::tid::{Tid, TidClock, TidError};
@@ -186,7 +186,7 @@ pub enum RepoError {
     UnsupportedFormat(String),
     /// The identity key file failed.
     #[error(transparent)]
-    Identity(#[from] IdentityError),
+    KeyFile(#[from] KeyFileError),
     /// The storage engine failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -454,13 +454,13 @@ impl Repository {
         did: Option<&str>,
         engine: Option<EngineKind>,
     ) -> Result<Repository, RepoError> {
-        identity::create_private_dir(dir)?;
+        key_file::create_private_dir(dir)?;
         let engine = open_store(&store_path(dir), engine)?;
         if is_initialized(&*engine)? {
-            let key = identity::load_key(dir)?;
+            let key = key_file::load_key(dir)?;
             return Repository::open_engine(engine, key).map_err(|e| with_path(e, dir));
         }
-        let key = identity::load_or_create_key(dir)?;
+        let key = key_file::load_or_create_key(dir)?;
         match did {
             None => Repository::init_engine(engine, key),
             Some(did) => Repository::init_engine_as(engine, key, did.to_owned()),
@@ -477,7 +477,7 @@ impl Repository {
             });
         }
         let engine = open_store(&store_path(dir), None)?;
-        let key = identity::load_key(dir)?;
+        let key = key_file::load_key(dir)?;
         Repository::open_engine(engine, key).map_err(|e| with_path(e, dir))
     }
 

@@ -16,7 +16,7 @@ use super::import::ensure_empty;
 use super::{
     ImportOptions, ImportStats, META_DID, RepoError, Repository, store_path, verify_car, with_path,
 };
-use crate::identity;
+use crate::key_file;
 use gelstore_store::{Batch, Engine, Table, open_store};
 
 /// What [`Repository::refresh`] did.
@@ -53,7 +53,7 @@ impl Repository {
         };
         let did = String::from_utf8(did)
             .map_err(|_| RepoError::Corrupt("the store's DID is not UTF-8".into()))?;
-        if identity::load_key(dir)?.is_some() {
+        if key_file::load_key(dir)?.is_some() {
             return Err(RepoError::NotACopy { did });
         }
         let held = Repository::open_engine(engine.clone(), None).map_err(|e| with_path(e, dir))?;

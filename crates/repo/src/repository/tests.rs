@@ -578,7 +578,7 @@ fn a_repository_of_another_did_is_signed_by_the_key_and_reopens_with_it() {
             serde_json::json!({"$type": "app.example.thing"}),
         )])
         .unwrap();
-        let key = crate::identity::load_key(dir.path()).unwrap().unwrap();
+        let key = crate::key_file::load_key(dir.path()).unwrap().unwrap();
         repo.commit().unwrap().verify(&key.public_key()).unwrap();
     }
     let repo = Repository::open(dir.path()).unwrap();

@@ -17,7 +17,7 @@ use gelstore_crypto::{KeyAlgorithm, KeyError, PRIVATE_KEY_LEN, SigningKey};
 /// Why the identity file could not be read or written.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum IdentityError {
+pub enum KeyFileError {
     /// Reading or writing the file failed.
     #[error("identity key file {path}: {source}")]
     Io {
@@ -63,7 +63,7 @@ pub fn key_path(dir: &Path) -> PathBuf {
 }
 
 /// Creates `dir` (owner-only on Unix) if it does not exist.
-pub fn create_private_dir(dir: &Path) -> Result<(), IdentityError> {
+pub fn create_private_dir(dir: &Path) -> Result<(), KeyFileError> {
     if dir.is_dir() {
         return Ok(());
     }
@@ -74,17 +74,17 @@ pub fn create_private_dir(dir: &Path) -> Result<(), IdentityError> {
         use std::os::unix::fs::DirBuilderExt;
         builder.mode(0o700);
     }
-    builder.create(dir).map_err(|source| IdentityError::Io {
+    builder.create(dir).map_err(|source| KeyFileError::Io {
         path: dir.display().to_string(),
         source,
     })
 }
 
 /// Reads the key in `dir`, if the file exists.
-pub fn load_key(dir: &Path) -> Result<Option<SigningKey>, IdentityError> {
+pub fn load_key(dir: &Path) -> Result<Option<SigningKey>, KeyFileError> {
     let path = key_path(dir);
     let shown = path.display().to_string();
-    let io = |source| IdentityError::Io {
+    let io = |source| KeyFileError::Io {
         path: shown.clone(),
         source,
     };
@@ -98,22 +98,22 @@ pub fn load_key(dir: &Path) -> Result<Option<SigningKey>, IdentityError> {
         use std::os::unix::fs::PermissionsExt;
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
-            return Err(IdentityError::Permissions { path: shown, mode });
+            return Err(KeyFileError::Permissions { path: shown, mode });
         }
     }
     if meta.len() > 1024 {
-        return Err(IdentityError::Malformed {
+        return Err(KeyFileError::Malformed {
             path: shown,
             reason: "longer than 1024 bytes".into(),
         });
     }
     let text = fs::read_to_string(&path).map_err(io)?;
     parse_key(&text).map(Some).map_err(|reason| match reason {
-        ParseError::Format(reason) => IdentityError::Malformed {
+        ParseError::Format(reason) => KeyFileError::Malformed {
             path: shown.clone(),
             reason,
         },
-        ParseError::Key(source) => IdentityError::Key {
+        ParseError::Key(source) => KeyFileError::Key {
             path: shown.clone(),
             source,
         },
@@ -125,12 +125,12 @@ pub fn load_key(dir: &Path) -> Result<Option<SigningKey>, IdentityError> {
 /// The key is written to a temporary file, fsynced, and linked into place
 /// (a link, unlike a rename, never replaces an existing file), then the
 /// folder is fsynced: a crash leaves either no key file or a complete one.
-pub fn store_key(dir: &Path, key: &SigningKey) -> Result<(), IdentityError> {
+pub fn store_key(dir: &Path, key: &SigningKey) -> Result<(), KeyFileError> {
     let path = key_path(dir);
     let tmp = dir.join(format!(".{KEY_FILE}.{}.tmp", std::process::id()));
     let io = |p: &Path| {
         let shown = p.display().to_string();
-        move |source| IdentityError::Io {
+        move |source| KeyFileError::Io {
             path: shown,
             source,
         }
@@ -162,11 +162,11 @@ pub fn store_key(dir: &Path, key: &SigningKey) -> Result<(), IdentityError> {
 }
 
 /// Loads the key in `dir`, creating a new secp256k1 key if there is none.
-pub fn load_or_create_key(dir: &Path) -> Result<SigningKey, IdentityError> {
+pub fn load_or_create_key(dir: &Path) -> Result<SigningKey, KeyFileError> {
     if let Some(key) = load_key(dir)? {
         return Ok(key);
     }
-    let key = SigningKey::generate(KeyAlgorithm::K256).map_err(|source| IdentityError::Key {
+    let key = SigningKey::generate(KeyAlgorithm::K256).map_err(|source| KeyFileError::Key {
         path: key_path(dir).display().to_string(),
         source,
     })?;
@@ -251,7 +251,7 @@ mod tests {
         fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
         assert!(matches!(
             load_key(dir.path()),
-            Err(IdentityError::Permissions { mode: 0o644, .. })
+            Err(KeyFileError::Permissions { mode: 0o644, .. })
         ));
     }
 
