@@ -27,6 +27,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use gelstore::device::{self, Device, SealedAction, SealedWrite};
+use gelstore::lexicon::chat::gel::assistant::chat::{Chat, SealedFields};
+use gelstore::lexicon_runtime::Datetime;
 use gelstore::model::record_from_json;
 use gelstore::repo::tid::TidClock;
 use gelstore::seal::{
@@ -246,14 +248,21 @@ fn data_folder(root: &Path, devices: usize, chats: usize) -> (PathBuf, String) {
     for batch in chat_rkeys(chats).chunks(100) {
         let writes: Vec<SealedWrite> = batch
             .iter()
-            .map(|rkey| SealedWrite {
-                collection: CHAT.into(),
-                rkey: rkey.clone(),
-                chat: rkey.clone(),
-                record: json!({"$type": CHAT, "createdAt": CREATED}),
-                content: json!({"title": format!("chat {rkey}"), "systemPrompt": "Be brief."}),
-                action: SealedAction::Create,
-                blobs: Vec::new(),
+            .map(|rkey| {
+                let record = Chat {
+                    sealed: None,
+                    model: None,
+                    tools: None,
+                    effort: None,
+                    created_at: Datetime::new(CREATED).unwrap(),
+                    extra: Default::default(),
+                };
+                let fields = SealedFields {
+                    title: Some(format!("chat {rkey}")),
+                    system_prompt: Some("Be brief.".into()),
+                    extra: Default::default(),
+                };
+                SealedWrite::new(rkey, rkey, &record, &fields, SealedAction::Create).unwrap()
             })
             .collect();
         dev.apply_sealed(&writes, &mut rng).unwrap();

@@ -103,20 +103,11 @@ impl ChatStore {
         record
             .validate()
             .map_err(|e| invalid("settings", e.to_string()))?;
-        let write = SealedWrite {
-            collection: SETTINGS.into(),
-            rkey: SELF_KEY.into(),
-            chat: SELF_KEY.into(),
-            record: serde_json::to_value(&record)
-                .map_err(|e| invalid("settings", e.to_string()))?,
-            content: serde_json::to_value(sealed)
-                .map_err(|e| invalid("sealed settings", e.to_string()))?,
-            action: match previous {
-                Some(cid) => SealedAction::Update { swap: Some(cid) },
-                None => SealedAction::Create,
-            },
-            blobs: Vec::new(),
+        let action = match previous {
+            Some(cid) => SealedAction::Update { swap: Some(cid) },
+            None => SealedAction::Create,
         };
+        let write = SealedWrite::new(SELF_KEY, SELF_KEY, &record, sealed, action)?;
         self.device_mut().apply_sealed(&[write], &mut os_rng())?;
         self.device()
             .repo()

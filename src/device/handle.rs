@@ -13,6 +13,7 @@ use serde_json::Value;
 use super::error::{DeviceError, not_paired};
 use super::records::{self, DeviceEntry, KeyRecords, wrap_writes};
 use super::reseal;
+use super::sealed::{SealedAction, SealedWrite};
 use super::state::{DeviceState, load_device_key};
 use crate::local_repo;
 use crate::model::{ipld_to_json, record_from_json};
@@ -51,39 +52,6 @@ impl std::fmt::Debug for Device {
             .field("keyring", &self.keyring)
             .finish_non_exhaustive()
     }
-}
-
-/// One record to seal and write with [`Device::apply_sealed`].
-#[derive(Debug, Clone)]
-pub struct SealedWrite {
-    /// Collection NSID (`chat.gel.assistant.chat` or `.message`).
-    pub collection: String,
-    /// Record key.
-    pub rkey: String,
-    /// The record key of the chat it belongs to (the chat's own for a chat
-    /// record): the chat key is chosen by it.
-    pub chat: String,
-    /// The record's clear fields as atproto JSON, with `$type` (any sealed
-    /// field in it is replaced).
-    pub record: Value,
-    /// What to seal, as atproto JSON (a `plainContent` for a message, the
-    /// `sealedFields` for a chat).
-    pub content: Value,
-    /// Create it, or replace it.
-    pub action: SealedAction,
-    /// The sealed blobs `content` references (already stored): their keys
-    /// are sealed with it, their CIDs and sizes bound in the clear.
-    pub blobs: Vec<crate::seal::BlobSeal>,
-}
-
-/// What a sealed write does at its key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SealedAction {
-    /// Create the record: the key must be free.
-    Create,
-    /// Replace it; with `swap`, only if its CID is that one now
-    /// (compare-and-swap), else whatever is there.
-    Update { swap: Option<crate::model::Cid> },
 }
 
 /// A device record and what the keyring says of it.
@@ -324,19 +292,15 @@ impl Device {
         for item in items {
             let (key, wrap) = keyring.chat_key_for_seal(&item.chat, rng)?;
             wraps.extend(wrap);
-            let record = record_from_json(&item.record)
-                .map_err(|e| SealError::malformed("record", e.to_string()))?;
-            let content = record_from_json(&item.content)
-                .map_err(|e| SealError::invalid_plaintext(format!("content: {e}")))?;
             let place = Place {
                 did: &self.did,
-                collection: &item.collection,
+                collection: item.collection,
                 rkey: &item.rkey,
             };
             let sealed = seal_record(
-                &record,
+                &item.record,
                 &place,
-                &content,
+                &item.content,
                 &item.blobs,
                 &key,
                 &SealOptions::default(),
@@ -346,12 +310,12 @@ impl Device {
                 ipld_to_json(&sealed).map_err(|e| SealError::malformed("record", e.to_string()))?;
             writes.push(match item.action {
                 SealedAction::Update { swap } => Write::Update {
-                    collection: item.collection.clone(),
+                    collection: item.collection.to_owned(),
                     rkey: item.rkey.clone(),
                     value,
                     swap,
                 },
-                SealedAction::Create => Write::create(&item.collection, &item.rkey, value),
+                SealedAction::Create => Write::create(item.collection, &item.rkey, value),
             });
         }
         let mut all = wrap_writes(&wraps, &mut TidClock::new())?;

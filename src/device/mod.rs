@@ -38,9 +38,10 @@
 //! the opened [`Device`]; `pairing.rs` how a device is admitted ([`init`],
 //! [`pair`], [`publish`], [`approve`], [`join`], [`join_synced`]);
 //! `lifecycle.rs` the membership changes after it ([`remove`],
-//! [`resolve`]); [`state`] and [`records`] what is kept in the data folder
+//! [`resolve`]); `sealed.rs` what a sealed write is ([`SealedWrite`]: a
+//! generated record type and the generated type sealed into it); [`state`] and [`records`] what is kept in the data folder
 //! and in the repository; [`reseal`] the re-seal for the account's DID at
-//! the first sync. The first four are private and re-exported here, so
+//! the first sync. The first five are private and re-exported here, so
 //! callers name `device::…` as before.
 
 mod error;
@@ -49,12 +50,14 @@ mod lifecycle;
 mod pairing;
 pub mod records;
 pub mod reseal;
+mod sealed;
 pub mod state;
 
 pub use self::error::DeviceError;
-pub use self::handle::{Device, DeviceListing, DeviceStatus, SealedAction, SealedWrite};
+pub use self::handle::{Device, DeviceListing, DeviceStatus};
 pub use self::lifecycle::{remove, resolve};
 pub use self::pairing::{
     ApproveOutcome, InitOutcome, JoinOutcome, PairOutcome, approve, init, join, join_synced, pair,
     publish,
 };
+pub use self::sealed::{Sealable, SealedAction, SealedWrite};

@@ -121,15 +121,7 @@ fn chat(rkey: &str, title: &str, prompt: &str) -> SealedWrite {
         system_prompt: Some(prompt.into()),
         extra: Default::default(),
     };
-    SealedWrite {
-        collection: CHAT.into(),
-        rkey: rkey.into(),
-        chat: rkey.into(),
-        record: serde_json::to_value(&record).unwrap(),
-        content: serde_json::to_value(&fields).unwrap(),
-        action: SealedAction::Create,
-        blobs: Vec::new(),
-    }
+    SealedWrite::new(rkey, rkey, &record, &fields, SealedAction::Create).unwrap()
 }
 
 /// A user message with its text sealed, built through the generated types.
@@ -157,15 +149,7 @@ fn message(did: &str, chat: &str, rkey: &str, words: &str) -> SealedWrite {
         })],
         extra: Default::default(),
     };
-    SealedWrite {
-        collection: MESSAGE.into(),
-        rkey: rkey.into(),
-        chat: chat.into(),
-        record: serde_json::to_value(&record).unwrap(),
-        content: serde_json::to_value(&content).unwrap(),
-        action: SealedAction::Create,
-        blobs: Vec::new(),
-    }
+    SealedWrite::new(rkey, chat, &record, &content, SealedAction::Create).unwrap()
 }
 
 fn message_text(device: &Device, rkey: &str) -> Result<String, DeviceError> {
@@ -483,8 +467,8 @@ fn plaintext_and_secrets_never_reach_the_repository() {
         )
         .unwrap();
         // An edit is sealed again (fresh nonce), and replaces the record.
-        let mut edit = message(&did, "3lchataaaaaa2", "3lmsgaaaaaaa2", markers[3]);
-        edit.action = SealedAction::Update { swap: None };
+        let edit = message(&did, "3lchataaaaaa2", "3lmsgaaaaaaa2", markers[3])
+            .with_action(SealedAction::Update { swap: None });
         dev.apply_sealed(&[edit], &mut rng).unwrap();
         assert_eq!(message_text(&dev, "3lmsgaaaaaaa2").unwrap(), markers[3]);
         let (car, _) = dev.repo().export(Vec::new(), None).unwrap();

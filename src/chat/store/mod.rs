@@ -393,10 +393,6 @@ pub(super) fn own_chat(m: &Message, what: &str) -> Result<String> {
         .ok_or_else(|| invalid(what, "its chat is not a chat record of this repository"))
 }
 
-pub(super) fn to_json(what: &str, v: &impl Serialize) -> Result<Value> {
-    serde_json::to_value(v).map_err(|e| invalid(what, e))
-}
-
 #[cfg(test)]
 mod tests {
     use super::ContentState;

@@ -143,21 +143,18 @@ impl ChatStore {
         finished.fill(&mut record);
         // The content takes the authenticator's place.
         record.authenticator = None;
+        let write = SealedWrite::new(
+            &key,
+            &pending.chat,
+            &record,
+            &finished.content,
+            SealedAction::Update {
+                swap: Some(pending.cid),
+            },
+        )?
+        .with_blobs(finished.blobs.iter().map(|b| b.seal.clone()).collect());
         self.device
-            .apply_sealed(
-                &[SealedWrite {
-                    collection: MESSAGE.into(),
-                    rkey: key.clone(),
-                    chat: pending.chat.clone(),
-                    record: to_json("reply", &record)?,
-                    content: to_json("reply content", &finished.content)?,
-                    action: SealedAction::Update {
-                        swap: Some(pending.cid),
-                    },
-                    blobs: finished.blobs.iter().map(|b| b.seal.clone()).collect(),
-                }],
-                &mut os_rng(),
-            )
+            .apply_sealed(&[write], &mut os_rng())
             .map_err(|e| match e {
                 DeviceError::Repo(r)
                     if matches!(
@@ -330,22 +327,10 @@ impl ChatStore {
     }
 }
 
-/// The pending reply `record` at `key` as a sealed write: its
-/// authenticator (the empty map, sealed) binds its clear fields, so a
-/// forged or altered pending reply does not open.
+/// The pending reply `record` at `key` as a sealed write (its
+/// authenticator sealed in place of content).
 pub(super) fn pending_write(key: &ReplyKey, chat: &str, record: &Message) -> Result<SealedWrite> {
-    let mut value = to_json("reply", record)?;
-    // The placeholder tells the seal which field to fill.
-    value[crate::seal::AUTHENTICATOR_FIELD] = Value::Object(Default::default());
-    Ok(SealedWrite {
-        collection: MESSAGE.into(),
-        rkey: key.to_string(),
-        chat: chat.to_string(),
-        record: value,
-        content: Value::Object(Default::default()),
-        action: SealedAction::Create,
-        blobs: Vec::new(),
-    })
+    Ok(SealedWrite::pending_reply(key.to_string(), chat, record)?)
 }
 
 pub(super) fn taken(e: DeviceError, key: &str) -> ChatStoreError {

@@ -20,15 +20,13 @@ impl ChatStore {
             system_prompt: None,
             extra: Default::default(),
         };
-        self.seal_and_apply(SealedWrite {
-            collection: CHAT.into(),
-            rkey: rkey.clone(),
-            chat: rkey.clone(),
-            record: to_json("chat", &record)?,
-            content: to_json("chat fields", &fields)?,
-            action: SealedAction::Create,
-            blobs: Vec::new(),
-        })?;
+        self.seal_and_apply(SealedWrite::new(
+            &rkey,
+            &rkey,
+            &record,
+            &fields,
+            SealedAction::Create,
+        )?)?;
         Ok(rkey)
     }
 
@@ -111,15 +109,13 @@ impl ChatStore {
         content
             .validate()
             .map_err(|e| invalid("message content", e))?;
-        let mut writes = vec![SealedWrite {
-            collection: MESSAGE.into(),
-            rkey: key.to_string(),
-            chat: chat.to_string(),
-            record: to_json("message", &record)?,
-            content: to_json("message content", &content)?,
-            action: SealedAction::Create,
-            blobs: Vec::new(),
-        }];
+        let mut writes = vec![SealedWrite::new(
+            key.to_string(),
+            chat,
+            &record,
+            &content,
+            SealedAction::Create,
+        )?];
         // Asked for, the pending reply lands in the same commit.
         if ask {
             let reply = ReplyKey::new(key, attempt);
