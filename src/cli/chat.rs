@@ -36,8 +36,9 @@ pub enum ChatCommand {
     Ls(FormatArg),
     /// Send a user message; prints its key.
     Send(SendArgs),
-    /// Write the reply to a user message from a recorded model stream
-    /// (JSON lines); prints the live events (JSON lines) as it goes.
+    /// Write the reply to a user message: the assistant loop runs here
+    /// (a model and MCP tools), or `--events` replays a recorded model
+    /// stream; prints the live events (JSON lines) as it goes.
     Reply(ReplyArgs),
     /// Ask for the reply to a user message: write it `pending` (no
     /// content), for an assistant (`gelstore serve --assistant`) to

@@ -117,8 +117,8 @@ pub enum Command {
     /// join, ls, remove.
     #[command(subcommand)]
     Device(device::DeviceCommand),
-    /// Chats: new, ls, send, reply (from a recorded model stream), show,
-    /// approvals, approve.
+    /// Chats: new, ls, send, reply (the assistant loop, or a recorded
+    /// stream), ask, show, output, approvals, approve.
     #[command(subcommand)]
     Chat(chat::ChatCommand),
     /// The user's assistant settings: default model and effort, tools,
