@@ -11,7 +11,7 @@
 //! Run: `cargo bench --bench events`. `GELSTORE_BENCH_COMMITS` sets the
 //! number of single-record commits (default 3,000);
 //! `GELSTORE_BENCH_MEMORY=1` runs on the memory engine (no fsync). The "without events"
-//! side by side in ARCHITECTURE.md is phase 1 run on the commit before the
+//! side by side in `benches/RESULTS.md` is phase 1 run on the commit before the
 //! event stream (same code, same machine, same run of the build).
 
 use std::sync::Arc;

@@ -15,18 +15,7 @@
 //! reasons near maxGraphemes) and chat sealedFields (29–30k-grapheme
 //! prompts), see [`plaintext_corpus`].
 //!
-//! Two runs of `cargo bench --bench lexicon` one after the other on the
-//! quiet 2-core machine (nothing else running):
-//!
-//! | corpus | read + parse alone | `gelstore lex check` | `@atproto/lexicon` | ratio |
-//! |---|---|---|---|---|
-//! | sealed, 3,000 files, 322 MB | 0.242 s / 0.185 s | 0.359 s (897 MB/s) / 0.352 s (914 MB/s) | 1.340 s / 1.201 s | 3.7× / 3.4× |
-//! | plaintext, 200 files, 99 MB | 0.380 s / 0.411 s | 0.689 s / 0.580 s | 73.9 s / 73.7 s | 107.3× / 127.1× |
-//!
-//! Those two runs checked the files one after another on one core. With
-//! the files checked on every core (one run after, same machine, quiet):
-//! sealed 0.183 s (1,759 MB/s) vs 1.335 s, 7.3×; plaintext 0.436 s vs
-//! 69.5 s, 159×. ("Read + parse alone" stays single-threaded: 0.223 s.)
+//! Figures of past runs: `benches/RESULTS.md#lexicon`.
 
 use gelstore_lexicon::catalog::Catalog;
 use gelstore_lexicon::{lint, validate};

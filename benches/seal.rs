@@ -8,26 +8,7 @@
 //! (seal and open at 64 KB and 1 MB within 1.25× raw, under 10 µs over raw
 //! at 1 KB) checked on the run's own figures.
 //!
-//! One run on the 2-core machine (`cargo bench --bench seal`, nothing else
-//! running), after the bulk plaintext wipe:
-//!
-//! ```text
-//! seal_record    1000 B     10.9 µs  2.45× raw  (+6.5 µs)
-//! open_record    1000 B      7.6 µs  1.79× raw  (+3.4 µs)
-//! seal_record   64000 B     99.9 µs  1.15× raw  (+13.2 µs)
-//! open_record   64000 B    102.2 µs  1.07× raw  (+7.0 µs)
-//! seal_record  999000 B   1386.3 µs  1.06× raw  (+80.8 µs)
-//! open_record  999000 B   1549.2 µs  1.10× raw  (+140.1 µs)
-//! seal_blob     64000 B    139.4 µs  1.80× raw  (+62.1 µs)
-//! open_blob     64000 B    216.5 µs  2.86× raw  (+140.7 µs)
-//! seal_blob   1000000 B   2230.8 µs  1.91× raw  (+1064.9 µs)
-//! open_blob   1000000 B   3256.4 µs  2.78× raw  (+2086.4 µs)
-//! ```
-//!
-//! Records meet the goal at every size (before the bulk wipe, open at
-//! 1 MB was 1.37×: zeroize wipes a `Vec` one volatile byte at a time).
-//! Blobs do not yet: their extra time is the per-chunk STREAM framing and,
-//! on open, the CID check over the whole ciphertext; not yet profiled.
+//! Figures of past runs: `benches/RESULTS.md#seal`.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};

@@ -18,7 +18,7 @@
 //!
 //! `GELSTORE_BENCH_SINGLE` (20,000), `GELSTORE_BENCH_BATCHES` (100),
 //! `GELSTORE_BENCH_ENGINES` (`redb,sled`). The figures of a run are in
-//! `benches/store_engines.md`.
+//! `benches/RESULTS.md`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};

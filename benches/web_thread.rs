@@ -23,37 +23,7 @@
 //! keyring, open, print). Each row is the best of the runs; the browser's
 //! first run (cold JIT) is reported on its own.
 //!
-//! Results (2 cores shared with other builds, Chromium 148 headless,
-//! Debian 12), `cargo bench --bench web_thread`:
-//!
-//! ```text
-//! built 500 exchanges (1000 messages) in 2.8 s; the data folder: 16.7 MB
-//!
-//! opening a thread of 1000 messages (Rust: best of 5; browser: the first open, then the best of the next 5)
-//!                                                       first         best
-//!   browser: click → newest messages painted         235.1 ms     146.3 ms
-//!   browser: click → all opened and shown            698.0 ms     529.1 ms    529.1 µs/record
-//!   browser: getThread (fetch and parse JSON)        130.4 ms      62.8 ms     62.8 µs/record
-//!   browser: openRecord of every message             181.5 ms      97.3 ms     97.3 µs/record
-//!   rust: ChatStore::thread                                        47.7 ms     47.7 µs/record
-//!   rust: gelstore chat show (whole process)                       81.1 ms     81.1 µs/record
-//! ```
-//!
-//! Opening a record costs the browser about twice what it costs Rust (whose
-//! figure also reads the records from the repository on disk). Profiled in
-//! Node (the same V8) before this bench's fixes, two costs stood out per
-//! record: reading `$bytes` with multiformats' base64 decoder (about
-//! 120–180 µs for a 3 KB ciphertext; `atob` takes about 20) and deriving
-//! the record key with HKDF (about 35–45 µs). `@gelstore/seal` now decodes
-//! with `atob` (refusing what it refused before) and derives a chat key's
-//! record key once. What is left is mostly ChaCha20-Poly1305 in JavaScript
-//! (`@noble/ciphers`; WebCrypto has no ChaCha) and the strict DAG-CBOR
-//! read (decoded, then re-encoded to refuse a non-canonical encoding).
-//! The page opens the newest 20 exchanges first and paints them (146 ms
-//! from the click, most of it fetching), then opens the rest between
-//! yields. Most of "all opened and shown" is the DOM of 1,000 messages
-//! rendered at once after that; not yet done: rendering older messages
-//! only when scrolled to.
+//! Figures of past runs, and what profiling found: `benches/RESULTS.md#web_thread`.
 
 #[allow(dead_code)] // the tests\' support module; a bench uses a part
 #[path = "../tests/support/browser.rs"]

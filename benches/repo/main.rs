@@ -17,29 +17,11 @@
 //!
 //! `GELSTORE_BENCH_RECORDS` sets the repository size (default 100,000).
 //!
-//! One run on the 2-core machine (`cargo bench --bench repo`; the
-//! reference's own times vary by about 20% between runs):
-//!
-//! ```text
-//! | work                                     | gelstore  | @atproto/repo | ratio  |
-//! | 100 commits of 200 creates               | 4320.6 ms | 71242.8 ms    | 16.5×  |
-//! | 1 create at 100000 records (median of 9) |   30.2 ms |     7.3 ms    |  0.2×  |
-//! | export the 20.6 MB CAR                   |  325.0 ms |  3451.6 ms    | 10.6×  |
-//! | verify that CAR fully                    |  422.2 ms |  5460.5 ms    | 12.9×  |
-//! | import it (verify + store)               |  943.3 ms |  5976.4 ms    |  6.3×  |
-//! | open the 20000-record store (median of 9)|    9.6 ms |  1888.7 ms    | 197.0× |
-//! size on disk: 75.7 MB = 3.67× the CAR (imported: 53.6 MB = 2.60×)
-//! ```
-//!
-//! One create is a whole process against one in-memory `applyWrites`: 10×
-//! would mean 0.7 ms, below the start of a process that does nothing (the
-//! bench prints that floor, `gelstore --version`, under the table); and
-//! redb's open and close write and fsync its header and allocator state
-//! (`strace -c gelstore repo info`: 5 `fdatasync`s).
-//! The reference keeps no store of its own, so its "open" is reading the
-//! CAR back into memory. Before the event window was read from
-//! `EventSizes`, every `repo apply` read up to 32 MB of retained frames:
-//! 5311 ms for the 100 commits, 56 ms for one create.
+//! One create is a whole process against one in-memory `applyWrites`, so
+//! the process start is its floor (the bench prints `gelstore --version`
+//! under the table). The reference keeps no store of its own: its "open"
+//! is reading the CAR back into memory. Figures of past runs:
+//! `benches/RESULTS.md#repo`.
 
 use std::time::Instant;
 
