@@ -94,7 +94,7 @@ fn single_record_commits(engine: EngineKind) {
         // What redb meets here: its file is compacted whenever it has
         // doubled, and compact it is ~1.8× the rows (B-tree pages are
         // partly empty). Not yet the goal of 2 × CAR + window: the rows
-        // alone are ~1.9× CAR (see benches/store_engines.md). sled's
+        // alone are ~1.9× CAR (see benches/RESULTS.md). sled's
         // folder is ~20× its rows here.
         for (when, size) in [("open", folder), ("after reopening", reopened)] {
             assert!(
