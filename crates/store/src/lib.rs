@@ -61,11 +61,17 @@ use std::error::Error as StdError;
 pub enum Table {
     /// Small named values (the account DID, the head commit, the format version).
     Meta,
-    /// Content-addressed blocks: CID bytes → block bytes.
+    /// The repository's record blocks, by where they were created:
+    /// creation rev ‖ n → CID bytes ‖ block bytes (see `repo::repository`).
     Blocks,
-    /// Reference counts of blocks: CID bytes → count and creation rev.
+    /// The repository's MST nodes and commits, keyed as `Blocks` (kept
+    /// apart: they are replaced by nearly every commit, records rarely).
+    Nodes,
+    /// Each block's place and reference count: CID bytes → its table, its
+    /// key there and its count.
     Refs,
-    /// Which commit created each live block: rev ‖ CID bytes → nothing.
+    /// Store format 1's list of which commit created each block (rev ‖ CID
+    /// bytes → nothing): empty once a store is migrated to format 2.
     RevLog,
     /// The repository event stream: seq (u64 BE) → event (see `repo::events`).
     Events,
@@ -80,9 +86,10 @@ pub enum Table {
 
 impl Table {
     /// Every table.
-    pub const ALL: [Table; 7] = [
+    pub const ALL: [Table; 8] = [
         Table::Meta,
         Table::Blocks,
+        Table::Nodes,
         Table::Refs,
         Table::RevLog,
         Table::Events,
@@ -96,6 +103,7 @@ impl Table {
         match self {
             Table::Meta => b'm',
             Table::Blocks => b'b',
+            Table::Nodes => b'n',
             Table::Refs => b'r',
             Table::RevLog => b'l',
             Table::Events => b'e',
@@ -109,6 +117,7 @@ impl Table {
         match self {
             Table::Meta => "meta",
             Table::Blocks => "blocks",
+            Table::Nodes => "nodes",
             Table::Refs => "refs",
             Table::RevLog => "revlog",
             Table::Events => "events",

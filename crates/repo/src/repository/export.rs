@@ -5,7 +5,7 @@ use std::io::Write;
 
 use cid::Cid;
 
-use super::refs::{parse_revlog_key, revlog_key};
+use super::refs::{Loc, row_cid};
 use super::walk::{Visit, walk};
 use super::{RepoError, Repository};
 use crate::blocks::BlockSource;
@@ -91,15 +91,14 @@ impl Repository {
     /// The CIDs of the live blocks created by commits with a rev after `rev`.
     fn created_after(&self, rev: Tid) -> Result<HashSet<Cid>, RepoError> {
         let mut out = HashSet::new();
-        let Some(next) = rev.as_u64().checked_add(1) else {
+        let Some(start) = Loc::after(rev) else {
             return Ok(out);
         };
-        let start = revlog_key(Tid::from_u64(next), &self.head.commit);
-        let start = &start[..8];
-        for item in self.engine.scan(Table::RevLog, start) {
-            let (key, _) = item?;
-            let (_, cid) = parse_revlog_key(&key)?;
-            out.insert(cid);
+        for table in [Table::Blocks, Table::Nodes] {
+            for item in self.engine.scan(table, &start) {
+                let (_, row) = item?;
+                out.insert(row_cid(row)?);
+            }
         }
         Ok(out)
     }

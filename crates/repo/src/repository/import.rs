@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use cid::Cid;
 
-use super::refs::Accounting;
+use super::refs::{Accounting, Kind};
 use super::{
     FORMAT, META_DID, META_FORMAT, META_HEAD, META_RECORDS, RepoError, Repository, is_initialized,
     store_path, with_path,
@@ -186,18 +186,19 @@ impl Repository {
         // Count every reachable block: the commit, every node (verification
         // walked them), and each record once per key holding it.
         let mut acc = Accounting::new();
-        let reachable: Vec<Cid> = std::iter::once(root)
+        let reachable: Vec<(Cid, Kind)> = std::iter::once(root)
             .chain(nodes)
-            .chain(repo.records.iter().map(|(_, value)| *value))
+            .map(|cid| (cid, Kind::Structure))
+            .chain(repo.records.iter().map(|(_, value)| (*value, Kind::Record)))
             .collect();
-        for cid in &reachable {
+        for (cid, _) in &reachable {
             acc.add(*cid, 1);
         }
         let total_blocks = car.blocks.len();
         let mut stored = 0;
-        for cid in &reachable {
+        for (cid, kind) in &reachable {
             if let Some(bytes) = car.blocks.remove(cid) {
-                acc.provide(*cid, bytes);
+                acc.provide(*cid, *kind, bytes);
                 stored += 1;
             }
         }

@@ -15,14 +15,13 @@
 //!
 //! | table    | key                    | value |
 //! |----------|------------------------|-------|
-//! | `Meta`   | `format`               | `1` (the layout version) |
+//! | `Meta`   | `format`               | `2` (the layout version; see `refs`) |
 //! | `Meta`   | `did`                  | the account DID (UTF-8) |
 //! | `Meta`   | `signer`               | the did:key of the signing key, when the DID is not that did:key (a did:web or did:plc account; absent in stores made before) |
 //! | `Meta`   | `head`                 | CID bytes of the head commit |
 //! | `Meta`   | `records`              | number of records (u64 BE) |
-//! | `Blocks` | CID bytes              | block bytes (commit, MST nodes, records) |
-//! | `Refs`   | CID bytes              | reference count ‖ creation rev (see `refs`) |
-//! | `RevLog` | rev (u64 BE) ‖ CID     | empty: the blocks each commit created |
+//! | `Blocks` | creation rev (u64 BE) ‖ n (u32 BE) | CID bytes ‖ block bytes (commit, MST nodes, records) |
+//! | `Refs`   | CID bytes              | the block's `Blocks` key ‖ reference count (u32 BE) (see `refs`) |
 //! | `Meta`   | `event_seq`            | last event seq handed out (u64 BE) |
 //! | `Events` | seq (u64 BE)           | the `#commit` event (see `repo::events`) |
 //! | `EventSizes` | seq (u64 BE)       | the bytes of that `Events` row (u64 BE) |
@@ -47,8 +46,8 @@
 //! # `since` exports
 //!
 //! [`Repository::export`] with a `since` rev writes the head commit and the
-//! reachable blocks that were created by commits after `since` (read from
-//! `RevLog`), in the same streamable order as a full export. Applied on top
+//! reachable blocks that were created by commits after `since` (a range of
+//! `Blocks`, whose keys start with the creating rev), in the same streamable order as a full export. Applied on top
 //! of the repository as it was at `since`, they give every block of the
 //! current one. A block that existed at `since`, was deleted and was later
 //! created again counts as created later, so it is included.
@@ -59,6 +58,7 @@ mod events;
 mod export;
 mod follow;
 mod import;
+mod migrate;
 mod refs;
 mod replica;
 mod walk;
@@ -77,7 +77,7 @@ pub use self::import::{ImportOptions, ImportStats, VerifiedImport, verify_car};
 pub use self::refs::BlockChanges;
 pub use self::replica::Refresh;
 
-use self::refs::Accounting;
+use self::refs::{Accounting, Kind};
 use super::blocks::{BlockSource, StoreError};
 use super::car::CarError;
 use super::commit::{Commit, CommitError, UnsignedCommit};
@@ -93,8 +93,9 @@ use gelstore_lexicon::catalog::Catalog;
 use gelstore_model::{decode_dag_cbor, ipld_to_json};
 use gelstore_store::{Batch, Engine, EngineError, EngineKind, Table, open_store};
 
-/// The store layout version written in `Meta[format]`.
-pub const FORMAT: &[u8] = b"1";
+/// The store layout version written in `Meta[format]` (see `refs`; a
+/// format-1 store is migrated when it is opened).
+pub const FORMAT: &[u8] = b"2";
 
 /// The store folder inside a data folder.
 pub const STORE_DIR: &str = "store";
@@ -377,15 +378,14 @@ pub struct RecordEntry {
     pub value: Value,
 }
 
-/// Reads blocks from a store's `Blocks` table.
+/// Reads blocks from a store (its `Refs` row, then the `Blocks` row it
+/// points at).
 #[derive(Clone)]
 pub struct StoreBlocks(Arc<dyn Engine>);
 
 impl BlockSource for StoreBlocks {
     fn get(&self, cid: &Cid) -> Result<Option<Vec<u8>>, StoreError> {
-        self.0
-            .get(Table::Blocks, &cid.to_bytes())
-            .map_err(StoreError::new)
+        refs::read_block(&*self.0, cid).map_err(StoreError::new)
     }
 }
 
@@ -519,7 +519,7 @@ impl Repository {
         let event_blocks = nodes.iter().cloned().collect(); // issue 8
         for (cid, bytes) in nodes {
             acc.add(cid, 1);
-            acc.provide(cid, bytes);
+            acc.provide(cid, Kind::Structure, bytes);
         }
         acc.add(commit_cid, 1);
         let mut batch = Batch::new();
@@ -542,7 +542,7 @@ impl Repository {
             None,
             event_blocks,
         )?;
-        acc.provide(commit_cid, commit_bytes);
+        acc.provide(commit_cid, Kind::Structure, commit_bytes);
         acc.finish(Some(&*engine), rev, &mut batch)?;
         batch.put(Table::Meta, META_FORMAT, FORMAT);
         batch.put(Table::Meta, META_DID, did.as_bytes());
@@ -580,7 +580,9 @@ impl Repository {
                 path: "store".into(),
             });
         };
-        if format != FORMAT {
+        if format == b"1" {
+            migrate::format_1_to_2(&*engine)?;
+        } else if format != FORMAT {
             return Err(RepoError::UnsupportedFormat(
                 String::from_utf8_lossy(&format).chars().take(20).collect(),
             ));
@@ -848,7 +850,7 @@ impl Repository {
         // Issue 8: the new nodes and records also go into the event.
         let mut event_blocks: BTreeMap<Cid, Vec<u8>> = new_nodes.iter().cloned().collect();
         for (cid, bytes) in new_nodes {
-            acc.provide(cid, bytes);
+            acc.provide(cid, Kind::Structure, bytes);
         }
         for cid in &diff.new_nodes {
             acc.add(*cid, 1);
@@ -862,7 +864,7 @@ impl Repository {
                 acc.add(cid, 1);
                 if let Some(bytes) = record_blocks.remove(&cid) {
                     event_blocks.insert(cid, bytes.clone()); // issue 8
-                    acc.provide(cid, bytes);
+                    acc.provide(cid, Kind::Record, bytes);
                 }
             }
             if let Some(prev) = op.prev {
@@ -903,7 +905,7 @@ impl Repository {
             Some(self.head),
             event_blocks,
         )?;
-        acc.provide(commit_cid, commit_bytes);
+        acc.provide(commit_cid, Kind::Structure, commit_bytes);
         let blocks = acc.finish(Some(&*self.engine), rev, &mut batch)?;
         batch.put(Table::Meta, META_HEAD, commit_cid.to_bytes());
         batch.put(Table::Meta, META_RECORDS, records.to_be_bytes());

@@ -4,16 +4,28 @@
 //! node of the current MST counts 1 (a node can appear only once in a tree:
 //! its keys fix its position), and a record block counts once per MST key
 //! whose value it is (two keys may hold identical records). A block is
-//! written when its count goes from 0 to 1 and deleted, with its `Refs` and
-//! `RevLog` rows, when it drops back to 0. Each commit changes the counts
-//! by what `Mst::diff` reports between the old and the new tree (nodes
+//! written when its count goes from 0 to 1 and deleted, with its `Refs`
+//! row, when it drops back to 0. Each commit changes the counts by what
+//! `Mst::diff` reports between the old and the new tree (nodes
 //! created/removed, record CIDs set/replaced) plus the commit blocks, so the
 //! work is proportional to the change, not to the repository.
 //!
-//! Rows: `Refs[cid] = count (u64 BE) ‖ rev (u64 BE)`, where `rev` is the
-//! commit that (last) created the block; `RevLog[rev (u64 BE) ‖ cid] = ""`
-//! for every live block, so the blocks created after a rev are one range
-//! scan away.
+//! Rows (store format 2):
+//!
+//! - `Blocks[rev ‖ n] = CID ‖ block bytes` for records and `Nodes[rev ‖ n]`
+//!   the same for MST nodes and commits, where `rev` (u64 BE) is the commit
+//!   that created the block and `n` (u32 BE) its place among that commit's
+//!   new blocks. Keys only ever grow, so a B-tree engine appends to its
+//!   last page and keeps its pages full (blocks keyed by their random CIDs
+//!   left them a third empty), and the blocks created after a rev are one
+//!   range scan of each table. Records and nodes are kept apart because
+//!   nearly every commit replaces some nodes and few replace records: the
+//!   holes the dead nodes leave stay in the small `Nodes` table.
+//! - `Refs[CID] = kind (u8) ‖ rev ‖ n ‖ count (u32 BE)`: where the block is
+//!   (kind 0: `Blocks`, 1: `Nodes`), and how many references it has.
+//!
+//! Format 1 kept `Blocks[CID]`, `Refs[CID] = count ‖ rev` and a `RevLog`;
+//! `migrate` turns such a store into this layout when it is opened.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -21,59 +33,202 @@ use cid::Cid;
 
 use super::RepoError;
 use crate::tid::Tid;
-use gelstore_store::{Batch, Engine, Table};
+use gelstore_store::{Batch, Engine, EngineError, Table};
+
+/// Which table a block is kept in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) enum Kind {
+    /// A record: `Blocks`.
+    Record,
+    /// An MST node or a commit: `Nodes`.
+    Structure,
+}
+
+impl Kind {
+    pub fn table(self) -> Table {
+        match self {
+            Kind::Record => Table::Blocks,
+            Kind::Structure => Table::Nodes,
+        }
+    }
+
+    fn byte(self) -> u8 {
+        match self {
+            Kind::Record => 0,
+            Kind::Structure => 1,
+        }
+    }
+
+    fn from_byte(byte: u8) -> Result<Kind, RepoError> {
+        match byte {
+            0 => Ok(Kind::Record),
+            1 => Ok(Kind::Structure),
+            other => Err(RepoError::Corrupt(format!("unknown block kind {other}"))),
+        }
+    }
+}
+
+/// Where a block is kept: its table and its key there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Loc {
+    pub kind: Kind,
+    /// The commit that created the block.
+    pub rev: Tid,
+    /// Its place among that commit's new blocks.
+    pub n: u32,
+}
+
+impl Loc {
+    /// The length of a key.
+    pub const LEN: usize = 12;
+
+    /// The key in its table.
+    pub fn key(self) -> [u8; Loc::LEN] {
+        let mut out = [0u8; Loc::LEN];
+        out[..8].copy_from_slice(&self.rev.as_u64().to_be_bytes());
+        out[8..].copy_from_slice(&self.n.to_be_bytes());
+        out
+    }
+
+    /// The place of the row with `key` in `kind`'s table.
+    pub fn from_key(kind: Kind, key: &[u8]) -> Result<Loc, RepoError> {
+        let key: [u8; Loc::LEN] = key
+            .try_into()
+            .map_err(|_| RepoError::Corrupt("a blocks key is not 12 bytes".into()))?;
+        let (rev, n) = key.split_at(8);
+        Ok(Loc {
+            kind,
+            rev: Tid::from_u64(u64::from_be_bytes(rev.try_into().unwrap_or_default())),
+            n: u32::from_be_bytes(n.try_into().unwrap_or_default()),
+        })
+    }
+
+    /// The first key of the blocks created after `rev`, if any can be.
+    pub fn after(rev: Tid) -> Option<[u8; Loc::LEN]> {
+        let next = rev.as_u64().checked_add(1)?;
+        Some(
+            Loc {
+                kind: Kind::Record,
+                rev: Tid::from_u64(next),
+                n: 0,
+            }
+            .key(),
+        )
+    }
+}
 
 /// A block's row in `Refs`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct RefRow {
-    pub count: u64,
-    pub rev: Tid,
+    pub loc: Loc,
+    pub count: u32,
 }
 
 impl RefRow {
-    pub fn encode(self) -> [u8; 16] {
-        let mut out = [0u8; 16];
-        out[..8].copy_from_slice(&self.count.to_be_bytes());
-        out[8..].copy_from_slice(&self.rev.as_u64().to_be_bytes());
+    pub const LEN: usize = 1 + Loc::LEN + 4;
+
+    pub fn encode(self) -> [u8; RefRow::LEN] {
+        let mut out = [0u8; RefRow::LEN];
+        out[0] = self.loc.kind.byte();
+        out[1..1 + Loc::LEN].copy_from_slice(&self.loc.key());
+        out[1 + Loc::LEN..].copy_from_slice(&self.count.to_be_bytes());
         out
     }
 
     pub fn decode(cid: &Cid, bytes: &[u8]) -> Result<RefRow, RepoError> {
-        let arr: [u8; 16] = bytes
-            .try_into()
-            .map_err(|_| RepoError::Corrupt(format!("refs row of {cid} is not 16 bytes")))?;
-        let (count, rev) = arr.split_at(8);
+        if bytes.len() != RefRow::LEN {
+            return Err(RepoError::Corrupt(format!(
+                "refs row of {cid} is not {} bytes",
+                RefRow::LEN
+            )));
+        }
+        let kind = Kind::from_byte(bytes[0])?;
+        let (loc, count) = bytes[1..].split_at(Loc::LEN);
         Ok(RefRow {
-            count: u64::from_be_bytes(count.try_into().unwrap_or_default()),
-            rev: Tid::from_u64(u64::from_be_bytes(rev.try_into().unwrap_or_default())),
+            loc: Loc::from_key(kind, loc)?,
+            count: u32::from_be_bytes(count.try_into().unwrap_or_default()),
         })
     }
 }
 
-/// The `RevLog` key of a block created at `rev`.
-pub(crate) fn revlog_key(rev: Tid, cid: &Cid) -> Vec<u8> {
-    let mut key = rev.as_u64().to_be_bytes().to_vec();
-    key.extend_from_slice(&cid.to_bytes());
-    key
+/// A `Blocks`/`Nodes` value: `0 ‖ bytes` when the CID is the one the
+/// bytes give as DAG-CBOR (CIDv1, sha2-256: every block this store writes,
+/// and any a repository should hold), else `1 ‖ CID ‖ bytes`. The CID is
+/// computed again when it is needed (a `since` export, `check`), which
+/// costs less than keeping 36 bytes beside every block.
+pub(crate) fn block_row(cid: &Cid, bytes: &[u8]) -> Vec<u8> {
+    let mut row = Vec::with_capacity(1 + bytes.len());
+    if is_dag_cbor_sha256(cid) {
+        row.push(0);
+    } else {
+        row.push(1);
+        row.extend_from_slice(&cid.to_bytes());
+    }
+    row.extend_from_slice(bytes);
+    row
 }
 
-/// Splits a `RevLog` key.
-pub(crate) fn parse_revlog_key(key: &[u8]) -> Result<(Tid, Cid), RepoError> {
-    let bad = || RepoError::Corrupt("malformed revlog row".into());
-    if key.len() < 9 {
-        return Err(bad());
+fn is_dag_cbor_sha256(cid: &Cid) -> bool {
+    const DAG_CBOR: u64 = 0x71;
+    const SHA2_256: u64 = 0x12;
+    cid.version() == cid::Version::V1
+        && cid.codec() == DAG_CBOR
+        && cid.hash().code() == SHA2_256
+        && cid.hash().size() == 32
+}
+
+/// Splits a `Blocks`/`Nodes` value into the CID it names (if it names one)
+/// and the block bytes.
+pub(crate) fn split_block_row(mut row: Vec<u8>) -> Result<(Option<Cid>, Vec<u8>), RepoError> {
+    let bad = || RepoError::Corrupt("a blocks row is malformed".into());
+    let (named, header) = match row.first() {
+        Some(0) => (None, 1),
+        Some(1) => {
+            let mut reader = &row[1..];
+            let cid = Cid::read_bytes(&mut reader).map_err(|_| bad())?;
+            (Some(cid), row.len() - reader.len())
+        }
+        _ => return Err(bad()),
+    };
+    row.drain(..header);
+    Ok((named, row))
+}
+
+/// The CID of a `Blocks`/`Nodes` value: the one it names, or the one its
+/// bytes give.
+pub(crate) fn row_cid(row: Vec<u8>) -> Result<Cid, RepoError> {
+    let (named, bytes) = split_block_row(row)?;
+    Ok(named.unwrap_or_else(|| gelstore_model::cid_for_cbor(&bytes)))
+}
+
+/// The bytes of block `cid` in a format-2 store, if it is there: its
+/// `Refs` row, then the `Blocks` row it points at, which must name it.
+pub(crate) fn read_block(engine: &dyn Engine, cid: &Cid) -> Result<Option<Vec<u8>>, EngineError> {
+    let key = cid.to_bytes();
+    let Some(raw) = engine.get(Table::Refs, &key)? else {
+        return Ok(None);
+    };
+    let corrupt = |e: RepoError| EngineError::engine(e.to_string());
+    let row = RefRow::decode(cid, &raw).map_err(corrupt)?;
+    let Some(value) = engine.get(row.loc.kind.table(), &row.loc.key())? else {
+        return Err(corrupt(RepoError::Corrupt(format!(
+            "block {cid} is counted but missing"
+        ))));
+    };
+    let (named, bytes) = split_block_row(value).map_err(corrupt)?;
+    if named.is_some_and(|named| named != *cid) {
+        return Err(corrupt(RepoError::Corrupt(format!(
+            "the blocks row of {cid} names another block"
+        ))));
     }
-    let (rev, cid) = key.split_at(8);
-    let rev = Tid::from_u64(u64::from_be_bytes(rev.try_into().map_err(|_| bad())?));
-    let cid = Cid::try_from(cid).map_err(|_| bad())?;
-    Ok((rev, cid))
+    Ok(Some(bytes))
 }
 
 /// Collects count changes for one commit and turns them into table rows.
 #[derive(Default)]
 pub(crate) struct Accounting {
     deltas: BTreeMap<Cid, i64>,
-    bytes: HashMap<Cid, Vec<u8>>,
+    bytes: HashMap<Cid, (Kind, Vec<u8>)>,
 }
 
 /// What a commit did to the block table.
@@ -97,9 +252,9 @@ impl Accounting {
         *self.deltas.entry(cid).or_default() += delta;
     }
 
-    /// The bytes of a block that may be new.
-    pub fn provide(&mut self, cid: Cid, bytes: Vec<u8>) {
-        self.bytes.entry(cid).or_insert(bytes);
+    /// The bytes of a block that may be new, and what it is.
+    pub fn provide(&mut self, cid: Cid, kind: Kind, bytes: Vec<u8>) {
+        self.bytes.entry(cid).or_insert((kind, bytes));
     }
 
     /// Adds to `batch` the rows that apply the counted changes, as commit
@@ -113,6 +268,7 @@ impl Accounting {
     ) -> Result<BlockChanges, RepoError> {
         let mut changes = BlockChanges::default();
         let mut bytes = self.bytes;
+        let mut next = 0u32;
         for (cid, delta) in self.deltas {
             if delta == 0 {
                 continue;
@@ -127,37 +283,34 @@ impl Accounting {
                 None => None,
             };
             let count = row.map_or(0, |r| r.count);
-            let new = i128::from(count) + i128::from(delta);
-            if new < 0 {
+            let new = i64::from(count) + delta;
+            let Ok(new) = u32::try_from(new) else {
                 return Err(RepoError::Corrupt(format!(
-                    "reference count of block {cid} would drop below zero"
+                    "reference count of block {cid} would leave 0..=u32::MAX ({new})"
                 )));
-            }
-            let new = new as u64;
+            };
             match row {
                 Some(row) if new == 0 => {
-                    batch.delete(Table::Blocks, key.clone());
-                    batch.delete(Table::Refs, key.clone());
-                    batch.delete(Table::RevLog, revlog_key(row.rev, &cid));
+                    batch.delete(row.loc.kind.table(), row.loc.key());
+                    batch.delete(Table::Refs, key);
                     changes.deleted += 1;
                 }
                 Some(row) => {
                     let row = RefRow { count: new, ..row };
-                    batch.put(Table::Refs, key, row.encode().to_vec());
+                    batch.put(Table::Refs, key, row.encode());
                 }
                 None => {
-                    let data = bytes.remove(&cid).ok_or_else(|| {
+                    let (kind, data) = bytes.remove(&cid).ok_or_else(|| {
                         RepoError::Corrupt(format!("new block {cid} has no bytes to store"))
+                    })?;
+                    let loc = Loc { kind, rev, n: next };
+                    next = next.checked_add(1).ok_or_else(|| {
+                        RepoError::Corrupt("over 2^32 new blocks in one commit".into())
                     })?;
                     changes.written += 1;
                     changes.written_bytes += data.len();
-                    batch.put(Table::Blocks, key.clone(), data);
-                    batch.put(
-                        Table::Refs,
-                        key,
-                        RefRow { count: new, rev }.encode().to_vec(),
-                    );
-                    batch.put(Table::RevLog, revlog_key(rev, &cid), Vec::new());
+                    batch.put(kind.table(), loc.key(), block_row(&cid, &data));
+                    batch.put(Table::Refs, key, RefRow { loc, count: new }.encode());
                 }
             }
         }

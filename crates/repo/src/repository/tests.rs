@@ -19,6 +19,11 @@ fn thing(n: i64) -> Value {
     json!({"$type": THING, "n": n})
 }
 
+/// The bytes of block `cid` if the store keeps it.
+fn stored(engine: &dyn Engine, cid: &Cid) -> Option<Vec<u8>> {
+    refs::read_block(engine, cid).unwrap()
+}
+
 fn new_repo() -> (Arc<MemoryEngine>, Repository) {
     let engine = Arc::new(MemoryEngine::new());
     let repo = Repository::init_engine(engine.clone(), key(1))
@@ -303,20 +308,10 @@ fn shared_record_blocks_are_counted() {
     assert_eq!(repo.get_cid(THING, "b").unwrap(), Some(cid));
     repo.check().unwrap();
     repo.apply(&[Write::delete(THING, "a")]).unwrap();
-    assert!(
-        engine
-            .get(Table::Blocks, &cid.to_bytes())
-            .unwrap()
-            .is_some()
-    );
+    assert!(stored(&*engine, &cid).is_some());
     repo.check().unwrap();
     repo.apply(&[Write::delete(THING, "b")]).unwrap();
-    assert!(
-        engine
-            .get(Table::Blocks, &cid.to_bytes())
-            .unwrap()
-            .is_none()
-    );
+    assert!(stored(&*engine, &cid).is_none());
     let report = repo.check().unwrap();
     assert_eq!(report.blocks, 2);
 }
@@ -329,20 +324,24 @@ fn repeated_updates_do_not_grow_the_store() {
         writes.push(Write::create(THING, format!("k{i:04}"), thing(i)));
     }
     repo.apply(&writes).unwrap();
-    let blocks = engine.len(Table::Blocks);
-    let bytes =
-        engine.bytes(Table::Blocks) + engine.bytes(Table::Refs) + engine.bytes(Table::RevLog);
+    let blocks = engine.len(Table::Blocks) + engine.len(Table::Nodes);
+    let bytes = engine.bytes(Table::Blocks)
+        + engine.bytes(Table::Nodes)
+        + engine.bytes(Table::Refs)
+        + engine.bytes(Table::RevLog);
     for i in 0..2_000 {
         let info = repo
             .apply(&[Write::update(THING, "k0150", thing(1_000 + i))])
             .unwrap();
         assert_eq!(info.blocks.written, info.blocks.deleted);
     }
-    assert_eq!(engine.len(Table::Blocks), blocks);
+    assert_eq!(engine.len(Table::Blocks) + engine.len(Table::Nodes), blocks);
     assert_eq!(engine.len(Table::Refs), blocks);
-    assert_eq!(engine.len(Table::RevLog), blocks);
-    let after =
-        engine.bytes(Table::Blocks) + engine.bytes(Table::Refs) + engine.bytes(Table::RevLog);
+    assert_eq!(engine.len(Table::RevLog), 0, "format 2 keeps no rev log");
+    let after = engine.bytes(Table::Blocks)
+        + engine.bytes(Table::Nodes)
+        + engine.bytes(Table::Refs)
+        + engine.bytes(Table::RevLog);
     assert!(after <= bytes + 64, "{bytes} -> {after}");
     repo.check().unwrap();
 }
@@ -423,12 +422,7 @@ fn import_takes_any_order_duplicates_and_extra_blocks() {
     )
     .unwrap();
     assert_eq!(stats.unreachable_blocks, 1);
-    assert!(
-        engine
-            .get(Table::Blocks, &extra_cid.to_bytes())
-            .unwrap()
-            .is_none()
-    );
+    assert!(stored(&*engine, &extra_cid).is_none());
     assert!(copy.is_writable(), "the key of the DID makes it writable");
     copy.check().unwrap();
     let mut copy = copy;
@@ -546,21 +540,53 @@ fn a_corrupt_store_is_reported() {
     ])
     .unwrap();
     repo.check().unwrap();
-    // An orphan block.
+    // An orphan block, counted where it is kept.
     let orphan = gelstore_model::record_to_dag_cbor(&thing(3)).unwrap();
     let cid = gelstore_model::cid_for_cbor(&orphan);
+    let loc = refs::Loc {
+        kind: refs::Kind::Record,
+        rev: repo.head().rev,
+        n: 1_000,
+    };
     let mut batch = Batch::new();
-    batch.put(Table::Blocks, cid.to_bytes(), orphan);
+    batch.put(Table::Blocks, loc.key(), refs::block_row(&cid, &orphan));
+    batch.put(
+        Table::Refs,
+        cid.to_bytes(),
+        refs::RefRow { loc, count: 1 }.encode(),
+    );
     engine.write(batch).unwrap();
     assert!(matches!(repo.check(), Err(RepoError::Corrupt(_))));
     let mut batch = Batch::new();
-    batch.delete(Table::Blocks, cid.to_bytes());
+    batch.delete(Table::Blocks, loc.key());
+    batch.delete(Table::Refs, cid.to_bytes());
+    engine.write(batch).unwrap();
+    repo.check().unwrap();
+    // A block kept somewhere its count row does not say.
+    let a = repo.get_cid(THING, "a").unwrap().unwrap();
+    let row = refs::RefRow::decode(
+        &a,
+        &engine.get(Table::Refs, &a.to_bytes()).unwrap().unwrap(),
+    )
+    .unwrap();
+    let moved = refs::RefRow {
+        loc: refs::Loc {
+            n: 2_000,
+            ..row.loc
+        },
+        ..row
+    };
+    let mut batch = Batch::new();
+    batch.put(Table::Refs, a.to_bytes(), moved.encode());
+    engine.write(batch).unwrap();
+    assert!(matches!(repo.check(), Err(RepoError::Corrupt(_))));
+    let mut batch = Batch::new();
+    batch.put(Table::Refs, a.to_bytes(), row.encode());
     engine.write(batch).unwrap();
     repo.check().unwrap();
     // A missing record.
-    let a = repo.get_cid(THING, "a").unwrap().unwrap();
     let mut batch = Batch::new();
-    batch.delete(Table::Blocks, a.to_bytes());
+    batch.delete(row.loc.kind.table(), row.loc.key());
     engine.write(batch).unwrap();
     assert!(matches!(repo.check(), Err(RepoError::Corrupt(_))));
 }
