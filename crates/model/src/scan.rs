@@ -282,12 +282,13 @@ impl<'a> Reader<'a> {
     }
 
     fn take(&mut self, n: usize, detail: &'static str) -> Result<&'a [u8]> {
-        let truncated = DataModelError::Truncated {
+        // Built only on failure: this runs for every item decoded.
+        let truncated = || DataModelError::Truncated {
             offset: self.pos,
             detail,
         };
-        let end = self.pos.checked_add(n).ok_or(truncated.clone())?;
-        let bytes = self.input.get(self.pos..end).ok_or(truncated)?;
+        let end = self.pos.checked_add(n).ok_or_else(truncated)?;
+        let bytes = self.input.get(self.pos..end).ok_or_else(truncated)?;
         self.pos = end;
         Ok(bytes)
     }
