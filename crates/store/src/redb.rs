@@ -10,14 +10,17 @@
 //! Space: the pages a commit replaces are freed for the next commits to
 //! reuse, so the file follows the live data instead of the history (sled
 //! 0.34 keeps dead versions in its log until a segment is mostly dead).
-//! Still, the file grows past its live pages (a commit cannot reuse the
-//! pages the one before it freed, and a B-tree's pages are partly empty):
-//! once a file of at least [`COMPACT_MIN_BYTES`] has doubled since its last
-//! compaction, redb's `compact` gives the free pages back, after a write or
-//! at open. The size after compaction is kept in the file itself, so the
-//! check costs nothing at open (redb's own free-space count walks every
-//! page), and the work is amortised: at most proportional to what was
-//! written.
+//! redb grows its file by doubling, but the new half is sparse until pages
+//! are written there, so the size on disk is the blocks the file system
+//! allocated, not the file's length. Free pages inside the file (a commit
+//! cannot reuse the pages the one before it freed; a big delete frees
+//! many) do take disk space: each time the disk size of a file of at least
+//! [`COMPACT_MIN_BYTES`] has grown by half since it was last looked at, and
+//! after a repack (which frees the pages a table took), redb's page count
+//! says how much of it is free, and an eighth or more free is given back
+//! with redb's `compact`, after a write or at open. The count walks the
+//! file, so it is done only then (the work stays proportional to what was
+//! written), and the size it was done at is kept in the file itself.
 //!
 //! Locking: a `lock` file beside the database is held with `flock` while
 //! the engine is open (per open file, so a second handle in the same
@@ -45,10 +48,13 @@ const LOCK_FILE: &str = "lock";
 /// Files smaller than this are not compacted (not worth the time).
 pub const COMPACT_MIN_BYTES: u64 = 4 * 1024 * 1024;
 
-/// The engine's own table: `compacted` → the file's size after its last
-/// compaction.
+/// The engine's own table: `checked` → the disk size at which the free
+/// space was last counted.
 const ENGINE_TABLE: TableDefinition<'static, &'static str, u64> =
     TableDefinition::new("gelstore.engine");
+const CHECKED: &str = "checked";
+/// Its key in stores written before the disk size was used (the file's
+/// length after a compaction).
 const COMPACTED: &str = "compacted";
 
 /// redb's page cache. The repository keeps its own cache of MST nodes, and
@@ -66,9 +72,9 @@ pub struct RedbEngine {
     path: PathBuf,
     /// Shared by reads and writes; taken alone only to compact.
     db: RwLock<Database>,
-    /// The file's size after the last compaction (or at open): past twice
-    /// that, a write compacts.
-    compacted: AtomicU64,
+    /// The disk size at which free space was last counted (or at open):
+    /// past half as much again, it is counted again.
+    checked: AtomicU64,
     // Dropped after `db` (fields drop in order): the lock is let go only
     // once the database is closed.
     _lock: File,
@@ -108,17 +114,17 @@ impl RedbEngine {
         let engine = RedbEngine {
             path,
             db: RwLock::new(db),
-            compacted: AtomicU64::new(0),
+            checked: AtomicU64::new(0),
             _lock: lock,
         };
         engine.create_tables()?;
-        let recorded = engine.recorded_compaction()?;
+        let recorded = engine.recorded_check()?;
         let size = engine.size_on_disk()?;
         engine
-            .compacted
+            .checked
             .store(recorded.unwrap_or(size), Ordering::Relaxed);
         if recorded.is_some() {
-            engine.compact_if_doubled()?;
+            engine.compact_if_free(false)?;
         }
         Ok(engine)
     }
@@ -128,22 +134,21 @@ impl RedbEngine {
         &self.path
     }
 
-    /// Bytes of the database file that hold no live page.
+    /// Bytes the file takes on disk that hold no live page.
     pub fn free_bytes(&self) -> Result<u64, EngineError> {
-        let txn = self.db().begin_write().map_err(EngineError::engine)?;
-        let stats = txn.stats().map_err(EngineError::engine)?;
-        let used = stats.allocated_pages() * stats.page_size() as u64;
-        txn.abort().map_err(EngineError::engine)?;
+        let used = used_bytes(&self.db())?;
         Ok(self.size_on_disk()?.saturating_sub(used))
     }
 
     /// Gives the free space back to the file system (redb's `compact`)
-    /// now, whatever the file's size.
+    /// now, however much it is.
     pub fn compact(&mut self) -> Result<(), EngineError> {
         let file = self.path.join(REDB_FILE);
         let db = self.db.get_mut().unwrap_or_else(|e| e.into_inner());
-        if let Some(after) = compact_db(db, &file)? {
-            self.compacted.store(after, Ordering::Relaxed);
+        if compact_db(db)? {
+            let after = disk_bytes(&file)?;
+            record_check(db, after)?;
+            self.checked.store(after, Ordering::Relaxed);
         }
         Ok(())
     }
@@ -153,35 +158,92 @@ impl RedbEngine {
         self.db.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// After a write: compacts a file that has doubled since it was last
-    /// compact. Skipped (and tried again at the next write) while a read,
-    /// such as a long scan, holds a transaction or the lock.
-    fn compact_if_doubled(&self) -> Result<(), EngineError> {
-        let size = self.size_on_disk()?;
-        let last = self.compacted.load(Ordering::Relaxed);
-        if size < COMPACT_MIN_BYTES || size < last.saturating_mul(2) {
+    /// After a write, and at open: once the disk size has grown by half
+    /// since the free space was last counted (or at once, with `now`),
+    /// counts it, and compacts if an eighth or more of the disk size is
+    /// free. Skipped (and tried again at the next write) while a read, such
+    /// as a long scan, holds a transaction or the lock.
+    fn compact_if_free(&self, now: bool) -> Result<(), EngineError> {
+        let file = self.path.join(REDB_FILE);
+        let size = disk_bytes(&file)?;
+        let last = self.checked.load(Ordering::Relaxed);
+        let grown = size >= last.saturating_add(last / 2);
+        if size < COMPACT_MIN_BYTES || !(grown || now) {
             return Ok(());
         }
         let Ok(mut db) = self.db.try_write() else {
             return Ok(());
         };
-        if let Some(after) = compact_db(&mut db, &self.path.join(REDB_FILE))? {
-            tracing::debug!(size, after, "compacted the redb store");
-            self.compacted.store(after, Ordering::Relaxed);
+        let free = size.saturating_sub(used_bytes(&db)?);
+        if free >= size / 8 && !compact_db(&mut db)? {
+            return Ok(());
         }
+        let after = disk_bytes(&file)?;
+        tracing::debug!(size, free, after, "counted the redb store's free space");
+        record_check(&db, after)?;
+        self.checked.store(after, Ordering::Relaxed);
         Ok(())
     }
 
-    /// The file's size after its last compaction, if it was ever compacted.
-    fn recorded_compaction(&self) -> Result<Option<u64>, EngineError> {
+    /// The disk size at which the free space was last counted, if it ever
+    /// was.
+    fn recorded_check(&self) -> Result<Option<u64>, EngineError> {
         let txn = self.db().begin_read().map_err(EngineError::engine)?;
         let table = match txn.open_table(ENGINE_TABLE) {
             Ok(table) => table,
             Err(::redb::TableError::TableDoesNotExist(_)) => return Ok(None),
             Err(e) => return Err(EngineError::engine(e)),
         };
-        let value = table.get(COMPACTED).map_err(EngineError::engine)?;
-        Ok(value.map(|v| v.value()))
+        for name in [CHECKED, COMPACTED] {
+            if let Some(value) = table.get(name).map_err(EngineError::engine)? {
+                return Ok(Some(value.value()));
+            }
+        }
+        Ok(None)
+    }
+
+    /// One write transaction: `batch`'s changes and, with `repack`, that
+    /// table copied in key order into a new table that then takes its
+    /// name (redb appends keep pages full), committed with `Immediate`
+    /// durability (redb's default): `commit` returns once the new root is
+    /// fsynced. Then a compaction if much of the file has become free.
+    fn commit(&self, repack: Option<Table>, batch: Batch) -> Result<(), EngineError> {
+        let db = self.db();
+        let txn = db.begin_write().map_err(EngineError::engine)?;
+        if let Some(table) = repack {
+            repack_table(&txn, table)?;
+        }
+        {
+            let mut open: [Option<::redb::Table<'_, &[u8], &[u8]>>; Table::ALL.len()] =
+                [const { None }; Table::ALL.len()];
+            for op in batch.into_ops() {
+                let (table, key) = match &op {
+                    Op::Put(table, key, _) | Op::Delete(table, key) => (*table, key),
+                };
+                let slot = &mut open[table as usize];
+                if slot.is_none() {
+                    *slot = Some(txn.open_table(def(table)).map_err(EngineError::engine)?);
+                }
+                let handle = slot.as_mut().expect("opened above");
+                match &op {
+                    Op::Put(_, _, value) => {
+                        handle
+                            .insert(key.as_slice(), value.as_slice())
+                            .map_err(EngineError::engine)?;
+                    }
+                    Op::Delete(..) => {
+                        handle.remove(key.as_slice()).map_err(EngineError::engine)?;
+                    }
+                }
+            }
+        }
+        txn.commit().map_err(EngineError::engine)?;
+        drop(db);
+        // The batch is durable whatever compaction does.
+        if let Err(e) = self.compact_if_free(repack.is_some()) {
+            tracing::warn!("compacting the redb store failed: {e}");
+        }
+        Ok(())
     }
 
     /// Every table exists from the start, so reads never meet a missing one.
@@ -205,27 +267,74 @@ impl RedbEngine {
     }
 }
 
-/// Compacts `db` (whose file is `file`) and records the size it then has;
-/// None (nothing done) while a read transaction is live.
-fn compact_db(db: &mut Database, file: &Path) -> Result<Option<u64>, EngineError> {
+/// The name a table is rebuilt under before it takes the old one's.
+const REPACK_TABLE: Def = TableDefinition::new("gelstore.repack");
+
+/// Copies `table` in key order into a new table, then gives the new one
+/// its name, inside `txn`.
+fn repack_table(txn: &::redb::WriteTransaction, table: Table) -> Result<(), EngineError> {
+    use ::redb::ReadableTable;
+    txn.delete_table(REPACK_TABLE)
+        .map_err(EngineError::engine)?;
+    {
+        let old = txn.open_table(def(table)).map_err(EngineError::engine)?;
+        let mut new = txn.open_table(REPACK_TABLE).map_err(EngineError::engine)?;
+        for row in old.iter().map_err(EngineError::engine)? {
+            let (key, value) = row.map_err(EngineError::engine)?;
+            new.insert(key.value(), value.value())
+                .map_err(EngineError::engine)?;
+        }
+    }
+    txn.delete_table(def(table)).map_err(EngineError::engine)?;
+    txn.rename_table(REPACK_TABLE, def(table))
+        .map_err(EngineError::engine)
+}
+
+/// Compacts `db`; false (nothing done) while a read transaction is live.
+fn compact_db(db: &mut Database) -> Result<bool, EngineError> {
     loop {
         match db.compact() {
             Ok(true) => {}
-            Ok(false) => break,
-            Err(CompactionError::TransactionInProgress) => return Ok(None),
+            Ok(false) => return Ok(true),
+            Err(CompactionError::TransactionInProgress) => return Ok(false),
             Err(e) => return Err(EngineError::engine(e)),
         }
     }
-    let after = std::fs::metadata(file).map_err(EngineError::engine)?.len();
+}
+
+/// Keeps the disk size at which the free space was counted in the file.
+fn record_check(db: &Database, size: u64) -> Result<(), EngineError> {
     let txn = db.begin_write().map_err(EngineError::engine)?;
     {
         let mut table = txn.open_table(ENGINE_TABLE).map_err(EngineError::engine)?;
-        table
-            .insert(COMPACTED, after)
-            .map_err(EngineError::engine)?;
+        table.insert(CHECKED, size).map_err(EngineError::engine)?;
+        table.remove(COMPACTED).map_err(EngineError::engine)?;
     }
-    txn.commit().map_err(EngineError::engine)?;
-    Ok(Some(after))
+    txn.commit().map_err(EngineError::engine)
+}
+
+/// The bytes of `db`'s live pages (redb walks the file to count them).
+fn used_bytes(db: &Database) -> Result<u64, EngineError> {
+    let txn = db.begin_write().map_err(EngineError::engine)?;
+    let stats = txn.stats().map_err(EngineError::engine)?;
+    let used = stats.allocated_pages() * stats.page_size() as u64;
+    txn.abort().map_err(EngineError::engine)?;
+    Ok(used)
+}
+
+/// The bytes the file system allocated to `file`: its size on disk, which
+/// the sparse part redb's growth leaves at its end does not take.
+fn disk_bytes(file: &Path) -> Result<u64, EngineError> {
+    let meta = std::fs::metadata(file).map_err(EngineError::engine)?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Ok(meta.blocks() * 512)
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(meta.len())
+    }
 }
 
 /// Takes the folder's lock file, or says it is held.
@@ -295,46 +404,15 @@ impl Engine for RedbEngine {
         if batch.is_empty() {
             return Ok(());
         }
-        // Immediate durability (redb's default): `commit` returns once the
-        // new root is fsynced.
-        let db = self.db();
-        let txn = db.begin_write().map_err(EngineError::engine)?;
-        {
-            let mut open: [Option<::redb::Table<'_, &[u8], &[u8]>>; Table::ALL.len()] =
-                [const { None }; Table::ALL.len()];
-            for op in batch.into_ops() {
-                let (table, key) = match &op {
-                    Op::Put(table, key, _) | Op::Delete(table, key) => (*table, key),
-                };
-                let slot = &mut open[table as usize];
-                if slot.is_none() {
-                    *slot = Some(txn.open_table(def(table)).map_err(EngineError::engine)?);
-                }
-                let handle = slot.as_mut().expect("opened above");
-                match &op {
-                    Op::Put(_, _, value) => {
-                        handle
-                            .insert(key.as_slice(), value.as_slice())
-                            .map_err(EngineError::engine)?;
-                    }
-                    Op::Delete(..) => {
-                        handle.remove(key.as_slice()).map_err(EngineError::engine)?;
-                    }
-                }
-            }
-        }
-        txn.commit().map_err(EngineError::engine)?;
-        drop(db);
-        // The batch is durable whatever compaction does.
-        if let Err(e) = self.compact_if_doubled() {
-            tracing::warn!("compacting the redb store failed: {e}");
-        }
-        Ok(())
+        self.commit(None, batch)
+    }
+
+    fn repack(&self, table: Table, batch: Batch) -> Result<(), EngineError> {
+        self.commit(Some(table), batch)
     }
 
     fn size_on_disk(&self) -> Result<u64, EngineError> {
-        let meta = std::fs::metadata(self.path.join(REDB_FILE)).map_err(EngineError::engine)?;
-        Ok(meta.len())
+        disk_bytes(&self.path.join(REDB_FILE))
     }
 
     fn name(&self) -> &'static str {

@@ -20,6 +20,7 @@
 //! | `Meta`   | `signer`               | the did:key of the signing key, when the DID is not that did:key (a did:web or did:plc account; absent in stores made before) |
 //! | `Meta`   | `head`                 | CID bytes of the head commit |
 //! | `Meta`   | `records`              | number of records (u64 BE) |
+//! | `Meta`   | `nodes_written`        | `Nodes` rows written since that table was last repacked (u64 BE) |
 //! | `Blocks` | creation rev (u64 BE) ‖ n (u32 BE) | CID bytes ‖ block bytes (commit, MST nodes, records) |
 //! | `Refs`   | CID bytes              | the block's `Blocks` key ‖ reference count (u32 BE) (see `refs`) |
 //! | `Meta`   | `event_seq`            | last event seq handed out (u64 BE) |
@@ -105,6 +106,11 @@ pub(crate) const META_DID: &[u8] = b"did";
 pub(crate) const META_HEAD: &[u8] = b"head";
 pub(crate) const META_RECORDS: &[u8] = b"records";
 pub(crate) const META_SIGNER: &[u8] = b"signer";
+/// `Nodes` rows written since that table was last repacked (u64 BE).
+pub(crate) const META_NODES_WRITTEN: &[u8] = b"nodes_written";
+
+/// The fewest `Nodes` rows written before the table is repacked.
+const REPACK_MIN_NODES: u64 = 4096;
 
 /// Why a repository operation failed. Nothing was changed in the store when
 /// an operation returns an error.
@@ -407,6 +413,9 @@ pub struct Repository {
     /// (empty unless the caller gives some: then only the data model and
     /// `$type` are checked).
     lexicons: Arc<Catalog>,
+    /// `Nodes` rows written since the table was last repacked (see
+    /// [`Repository::repack_nodes_if_due`]).
+    nodes_written: u64,
 }
 
 impl std::fmt::Debug for Repository {
@@ -564,6 +573,7 @@ impl Repository {
             clock,
             events: log,
             lexicons: Arc::default(),
+            nodes_written: 0,
         })
     }
 
@@ -622,6 +632,12 @@ impl Repository {
         }
         let mst = Mst::load(blocks.clone(), commit.data())?;
         let events = EventLog::open(&*engine)?;
+        let nodes_written = match meta(META_NODES_WRITTEN)? {
+            Some(raw) => u64::from_be_bytes(raw.try_into().map_err(|_| {
+                RepoError::Corrupt("the nodes_written count is not 8 bytes".into())
+            })?),
+            None => 0,
+        };
         Ok(Repository {
             engine,
             blocks,
@@ -637,6 +653,7 @@ impl Repository {
             clock: TidClock::new(),
             events,
             lexicons: Arc::default(),
+            nodes_written,
         })
     }
 
@@ -907,16 +924,20 @@ impl Repository {
         )?;
         acc.provide(commit_cid, Kind::Structure, commit_bytes);
         let blocks = acc.finish(Some(&*self.engine), rev, &mut batch)?;
+        let nodes_written = self.nodes_written + blocks.nodes_written as u64;
         batch.put(Table::Meta, META_HEAD, commit_cid.to_bytes());
         batch.put(Table::Meta, META_RECORDS, records.to_be_bytes());
+        batch.put(Table::Meta, META_NODES_WRITTEN, nodes_written.to_be_bytes());
         self.engine.write(batch)?;
         self.events.committed(&event);
+        self.nodes_written = nodes_written;
 
         let prev = self.head.commit;
         self.head = new_head;
         self.mst = tree;
         self.records = records;
         self.clock = clock;
+        self.repack_nodes_if_due();
         Ok(CommitInfo {
             head: self.head,
             prev: Some(prev),
@@ -924,6 +945,26 @@ impl Repository {
             blocks,
             event_seq: event.seq,
         })
+    }
+
+    /// Repacks `Nodes` once as many node rows have been written since its
+    /// last repack as the table holds (about a third of the record count,
+    /// counted as half to be safe): nearly every commit replaces the nodes
+    /// on its path, and the holes the old ones leave behind the table's
+    /// end are never refilled, so it would keep about half of its pages
+    /// empty. The cost, one pass over the live nodes, is paid once per that
+    /// many writes. The commit is already durable: a repack that fails is
+    /// tried again after the next one.
+    fn repack_nodes_if_due(&mut self) {
+        if self.nodes_written < REPACK_MIN_NODES.max(self.records / 2) {
+            return;
+        }
+        let mut batch = Batch::new();
+        batch.put(Table::Meta, META_NODES_WRITTEN, 0u64.to_be_bytes());
+        match self.engine.repack(Table::Nodes, batch) {
+            Ok(()) => self.nodes_written = 0,
+            Err(e) => tracing::warn!("repacking the MST nodes failed (tried again later): {e}"),
+        }
     }
 
     /// The decoded head commit.

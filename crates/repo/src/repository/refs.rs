@@ -240,6 +240,9 @@ pub struct BlockChanges {
     pub written_bytes: usize,
     /// Blocks deleted (count went to 0).
     pub deleted: usize,
+    /// Of the blocks written, the MST nodes and commits (the `Nodes` rows
+    /// added).
+    pub nodes_written: usize,
 }
 
 impl Accounting {
@@ -309,6 +312,9 @@ impl Accounting {
                     })?;
                     changes.written += 1;
                     changes.written_bytes += data.len();
+                    if kind == Kind::Structure {
+                        changes.nodes_written += 1;
+                    }
                     batch.put(kind.table(), loc.key(), block_row(&cid, &data));
                     batch.put(Table::Refs, key, RefRow { loc, count: new }.encode());
                 }

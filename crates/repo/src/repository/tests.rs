@@ -615,3 +615,38 @@ fn a_repository_of_another_did_is_signed_by_the_key_and_reopens_with_it() {
         Err(RepoError::InvalidDid { .. })
     ));
 }
+
+#[test]
+fn the_nodes_table_is_repacked_once_as_many_nodes_were_written_as_it_holds() {
+    let (engine, mut repo) = new_repo();
+    let written = |engine: &MemoryEngine| {
+        let raw = engine
+            .get(Table::Meta, META_NODES_WRITTEN)
+            .unwrap()
+            .unwrap();
+        u64::from_be_bytes(raw.try_into().unwrap())
+    };
+    let mut total = 0u64;
+    let mut repacks = 0;
+    for i in 0..1_500 {
+        let info = repo
+            .apply(&[Write::create(THING, format!("k{i:05}"), thing(i))])
+            .unwrap();
+        total += info.blocks.nodes_written as u64;
+        if written(&engine) < info.blocks.nodes_written as u64 {
+            repacks += 1;
+        }
+    }
+    assert!(total > 2 * REPACK_MIN_NODES, "{total} nodes written");
+    assert!(repacks >= 1, "{total} nodes written, never repacked");
+    assert!(written(&engine) < REPACK_MIN_NODES);
+    repo.check().unwrap();
+    drop(repo);
+    // The count carries over a reopen.
+    let before = written(&engine);
+    let mut repo = Repository::open_engine(engine.clone(), Some(key(1))).unwrap();
+    let info = repo
+        .apply(&[Write::create(THING, "after", thing(0))])
+        .unwrap();
+    assert_eq!(written(&engine), before + info.blocks.nodes_written as u64);
+}
