@@ -13,8 +13,13 @@
 //! ratio, and the event window's rows, against the goal of 2 × the CAR plus
 //! the window.
 //!
+//! The size on disk is what the file system allocated (as `du` counts;
+//! redb's file has a sparse end), with the files' lengths beside it.
+//!
 //! `GELSTORE_BENCH_WRITERS` (8), `GELSTORE_BENCH_WRITES` (100 per writer),
 //! or `GELSTORE_BENCH_RECORDS` (a total, split between the writers),
+//! `GELSTORE_BENCH_REFERENCE=0` (skip the reference PDS: at 100,000
+//! records it takes far longer than gelstore),
 //! `GELSTORE_BENCH_READERS` (4), `GELSTORE_BENCH_DEADLINE_SECS` (120);
 //! `GELSTORE_BENCH_EVENT_WINDOW` and `GELSTORE_BENCH_EVENT_WINDOW_BYTES` are
 //! passed to `serve --event-window/--event-window-bytes`. Every loop is
@@ -22,19 +27,24 @@
 //! only.
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
+use serde_json::json;
 
 #[allow(dead_code)] // the tests\' support module; a bench uses a part
 #[path = "../tests/support/launch.rs"]
 mod launch;
+#[allow(dead_code)] // shared by the benches; this one uses the sizes
+#[path = "common/measure.rs"]
+mod measure;
+use measure::{du, du_apparent};
+#[path = "common/http.rs"]
+mod http;
+use http::Conn;
 
 const COLL: &str = "app.example.note";
 
@@ -125,87 +135,6 @@ fn start_reference() -> Option<Peer> {
         password: info["password"].as_str()?.to_owned(),
         child,
     })
-}
-
-/// One keep-alive HTTP/1.1 connection.
-struct Conn {
-    addr: String,
-    stream: BufReader<TcpStream>,
-}
-
-impl Conn {
-    fn new(addr: &str) -> Conn {
-        let stream = TcpStream::connect(addr).expect("connect");
-        stream.set_nodelay(true).ok();
-        stream.set_read_timeout(Some(Duration::from_secs(60))).ok();
-        Conn {
-            addr: addr.to_owned(),
-            stream: BufReader::new(stream),
-        }
-    }
-
-    fn request(
-        &mut self,
-        method: &str,
-        path: &str,
-        token: Option<&str>,
-        body: Option<&Value>,
-    ) -> (u16, Value) {
-        let body = body.map(|b| b.to_string()).unwrap_or_default();
-        let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {}\r\n", self.addr);
-        if let Some(t) = token {
-            head.push_str(&format!("Authorization: Bearer {t}\r\n"));
-        }
-        if method == "POST" {
-            head.push_str("Content-Type: application/json\r\n");
-        }
-        head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
-        let s = self.stream.get_mut();
-        s.write_all(head.as_bytes()).expect("write");
-        s.write_all(body.as_bytes()).expect("write");
-        let mut status_line = String::new();
-        self.stream.read_line(&mut status_line).expect("status");
-        let status: u16 = status_line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        let mut len = 0usize;
-        let mut chunked = false;
-        loop {
-            let mut line = String::new();
-            self.stream.read_line(&mut line).expect("header");
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            let lower = line.to_ascii_lowercase();
-            if let Some(v) = lower.strip_prefix("content-length:") {
-                len = v.trim().parse().unwrap_or(0);
-            }
-            if lower.starts_with("transfer-encoding:") && lower.contains("chunked") {
-                chunked = true;
-            }
-        }
-        let mut body = Vec::new();
-        if chunked {
-            loop {
-                let mut size = String::new();
-                self.stream.read_line(&mut size).expect("chunk size");
-                let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-                let mut chunk = vec![0u8; n + 2];
-                self.stream.read_exact(&mut chunk).expect("chunk");
-                if n == 0 {
-                    break;
-                }
-                body.extend_from_slice(&chunk[..n]);
-            }
-        } else {
-            body.resize(len, 0);
-            self.stream.read_exact(&mut body).expect("body");
-        }
-        (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
-    }
 }
 
 fn enc(s: &str) -> String {
@@ -369,19 +298,6 @@ fn load(peer: &Peer, writers: usize, writes: usize, readers: usize) {
     );
 }
 
-/// Bytes of the files under `path`.
-fn du(path: &Path) -> u64 {
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return 0;
-    };
-    if !meta.is_dir() {
-        return meta.len();
-    }
-    std::fs::read_dir(path)
-        .map(|entries| entries.flatten().map(|e| du(&e.path())).sum())
-        .unwrap_or(0)
-}
-
 /// The stopped server's data folder against its CAR export and event window.
 fn report_size(data: &Path) {
     let folder = du(data);
@@ -403,11 +319,12 @@ fn report_size(data: &Path) {
     let mb = |b: u64| b as f64 / 1e6;
     let bound = 2 * car + window;
     println!(
-        "gelstore size   {} records: data folder {:.1} MB (store {:.1} MB, its rows {:.1} MB), CAR {:.2} MB, \
-         folder/CAR {:.1}x; event window {events} events {:.2} MB (--event-window {}, --event-window-bytes {}); \
+        "gelstore size   {} records: data folder {:.1} MB on disk ({:.1} MB of file lengths; store {:.1} MB, its rows {:.1} MB), \
+         CAR {:.2} MB, folder/CAR {:.2}x; event window {events} events {:.2} MB (--event-window {}, --event-window-bytes {}); \
          goal 2 x CAR + window = {:.1} MB: {}",
         repo.record_count(),
         mb(folder),
+        mb(du_apparent(data)),
         mb(store),
         mb(rows),
         mb(car),
@@ -443,7 +360,9 @@ fn main() {
         load(&peer, writers, writes, readers);
     }
     report_size(&data);
-    if let Some(peer) = start_reference() {
+    if std::env::var("GELSTORE_BENCH_REFERENCE").as_deref() == Ok("0") {
+        println!("reference PDS: skipped (GELSTORE_BENCH_REFERENCE=0)");
+    } else if let Some(peer) = start_reference() {
         load(&peer, writers, writes, readers);
     }
 }

@@ -1,5 +1,6 @@
 //! Measuring helpers the benches share: medians, milliseconds, folder
-//! sizes. Included with `#[path]` by `repo/main.rs` and `store_engines.rs`.
+//! sizes. Included with `#[path]` by `repo/main.rs`, `serve.rs` and
+//! `store_engines.rs`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -20,14 +21,34 @@ pub fn ms_since(started: Instant) -> f64 {
     ms(started.elapsed())
 }
 
-/// Bytes of every file under `path` (symlinks counted, not followed).
+/// The disk space the files under `path` take: the blocks the file system
+/// allocated to them, as `du` counts (a sparse end of a file takes none).
 pub fn du(path: &Path) -> u64 {
-    let meta = std::fs::symlink_metadata(path).expect("stat");
+    sizes(path).0
+}
+
+/// The files' lengths under `path`, as `ls -l` shows them: more than
+/// [`du`] where a file has a sparse end (redb grows its file by doubling
+/// and writes the new half only as it fills it).
+pub fn du_apparent(path: &Path) -> u64 {
+    sizes(path).1
+}
+
+/// (allocated, apparent) bytes under `path` (symlinks counted, not followed).
+fn sizes(path: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return (0, 0);
+    };
     if !meta.is_dir() {
-        return meta.len();
+        return (meta.blocks() * 512, meta.len());
     }
     std::fs::read_dir(path)
-        .expect("read folder")
-        .map(|e| du(&e.expect("folder entry").path()))
-        .sum()
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| sizes(&e.path()))
+                .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+        })
+        .unwrap_or((0, 0))
 }

@@ -31,6 +31,8 @@ use gelstore::repo::mst::Mst;
 use gelstore::repo::repository::{ImportOptions, Repository, Write, verify_car};
 use gelstore::repo::tid::Tid;
 
+#[path = "../common/http.rs"]
+mod http;
 #[path = "../common/measure.rs"]
 mod measure;
 #[path = "../common/records.rs"]
@@ -38,7 +40,7 @@ mod records;
 use measure::{du, median, ms};
 use records::message;
 
-#[allow(dead_code)] // the tests' support module; the reference harness uses `npm_ci`
+#[allow(dead_code)] // the tests' support module: `npm_ci`, and starting `serve`
 #[path = "../../tests/support/launch.rs"]
 mod launch;
 mod reference;

@@ -2,17 +2,21 @@
 //! exported, verified, imported and opened by whole `gelstore` processes (as
 //! a user runs them) and by `@atproto/repo` in one Node process, in memory
 //! (`tests/reference/repo-ref.mjs bench`; its start-up and the loading of
-//! its inputs are not counted). Both sides run in the same bench run.
+//! its inputs are not counted). Both sides run in the same bench run. A
+//! single create is also timed where a running server takes it: a
+//! `createRecord` to `gelstore serve` on the same store.
 
 use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::COLL;
-use crate::measure::{du, median, ms_since};
+use crate::http::Conn;
+use crate::launch;
+use crate::measure::{du, du_apparent, median, ms_since};
 use crate::records::message;
 use crate::reference_harness::repo_ref;
 
@@ -58,7 +62,7 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
         ref_batches.push_str(&Value::Array(batch).to_string());
         ref_batches.push('\n');
     }
-    let creates: Vec<(String, Value)> = (0..CREATES)
+    let creates: Vec<(String, Value)> = (0..CREATES * 2 + 1)
         .map(|k| {
             (
                 format!("{}.r0", tid(big_records + 1 + k)),
@@ -115,7 +119,8 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
         run(gelstore, &store, &["repo", "info"], None);
         ms_since(started)
     }));
-    let gel_create = median(creates.iter().map(|(key, record)| {
+    let (cli_creates, served_creates) = creates.split_at(CREATES);
+    let gel_create = median(cli_creates.iter().map(|(key, record)| {
         let line = gel_write(key, record);
         let started = Instant::now();
         run(
@@ -126,6 +131,7 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
         );
         ms_since(started)
     }));
+    let gel_served_create = served_create(gelstore, big_store, served_creates);
     // The floor under every whole-process figure: starting the binary.
     let gel_start = median((0..OPENS).map(|_| {
         let started = Instant::now();
@@ -133,6 +139,7 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
         ms_since(started)
     }));
     let store_bytes = du(&store);
+    let store_length = du_apparent(&store);
     let import_bytes = du(&imported);
     let car_bytes = std::fs::metadata(&gel_car).expect("CAR").len();
 
@@ -144,7 +151,7 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
         "batches": batches_file,
         "car": ref_car,
         "big": big_car,
-        "creates": creates
+        "creates": cli_creates
             .iter()
             .map(|(key, record)| json!({"action": "create", "collection": COLL, "rkey": key, "record": record}))
             .collect::<Vec<_>>(),
@@ -172,7 +179,14 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
         Row {
             work: format!("1 create at {big_records} records (median of {CREATES})"),
             gelstore: gel_create,
-            reference: median(ref_creates),
+            reference: median(ref_creates.iter().copied()),
+        },
+        Row {
+            work: format!(
+                "1 create at {big_records} records through `gelstore serve` (createRecord, median of {CREATES})"
+            ),
+            gelstore: gel_served_create,
+            reference: median(ref_creates.iter().copied()),
         },
         Row {
             work: format!("export the {:.1} MB CAR", car_bytes as f64 / 1e6),
@@ -220,9 +234,10 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
     // own: `repo info` reports it).
     let repository_bytes = store_bytes.saturating_sub(event_bytes);
     println!(
-        "| size on disk | {:.1} MB = {:.2}× the CAR, of which the event window {:.1} MB: {:.2}× without it (imported, no events: {:.1} MB = {:.2}×) | blocks in memory: the CAR, {:.1} MB | | goal ≤ 1.5×: {} |",
+        "| size on disk | {:.1} MB = {:.2}× the CAR (file lengths {:.1} MB: redb's file ends sparse), of which the event window {:.1} MB: {:.2}× without it (imported, no events: {:.1} MB = {:.2}×) | blocks in memory: the CAR, {:.1} MB | | goal ≤ 1.5×: {} |",
         store_bytes as f64 / 1e6,
         ratio(store_bytes),
+        store_length as f64 / 1e6,
         event_bytes as f64 / 1e6,
         ratio(repository_bytes),
         import_bytes as f64 / 1e6,
@@ -237,6 +252,54 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
     println!(
         "(a gelstore process that does nothing, `gelstore --version`: {gel_start:.1} ms, median of {OPENS})"
     );
+}
+
+/// The median time of one `createRecord` of `creates` (after the first,
+/// untimed) to a `gelstore serve` on `data`, over one keep-alive
+/// connection: a single write where a running server takes it, without a
+/// process start.
+fn served_create(gelstore: &Path, data: &Path, creates: &[(String, Value)]) -> f64 {
+    let mut child = Command::new(gelstore)
+        .arg("--data")
+        .arg(data)
+        .args(["serve", "--listen", "127.0.0.1:0", "--password", "bench"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start gelstore serve");
+    let info = launch::ready_json(&mut child, "gelstore serve", Duration::from_secs(90));
+    let addr = launch::field(&info, "service")
+        .trim_start_matches("http://")
+        .replace("localhost", "127.0.0.1");
+    let did = launch::field(&info, "did");
+    let mut conn = Conn::new(&addr);
+    let (status, session) = conn.request(
+        "POST",
+        "/xrpc/com.atproto.server.createSession",
+        None,
+        Some(&json!({"identifier": launch::field(&info, "handle"), "password": "bench"})),
+    );
+    assert_eq!(status, 200, "createSession: {session}");
+    let token = session["accessJwt"].as_str().expect("accessJwt").to_owned();
+    let mut times = Vec::with_capacity(creates.len());
+    for (i, (rkey, record)) in creates.iter().enumerate() {
+        let body = json!({"repo": did, "collection": COLL, "rkey": rkey, "record": record});
+        let started = Instant::now();
+        let (status, answer) = conn.request(
+            "POST",
+            "/xrpc/com.atproto.repo.createRecord",
+            Some(&token),
+            Some(&body),
+        );
+        let took = ms_since(started);
+        assert_eq!(status, 200, "createRecord: {answer}");
+        if i > 0 {
+            times.push(took);
+        }
+    }
+    launch::terminate(&mut child);
+    median(times)
 }
 
 /// A TID-like record key for record `i` (microseconds a millisecond apart).
