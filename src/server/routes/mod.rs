@@ -20,7 +20,7 @@ use super::state::AppState;
 use super::xrpc::Request;
 use crate::atproto::com::atproto::{identity, repo as repo_, server as server_, sync as sync_};
 use crate::lexicon::chat::gel::assistant as gel;
-use crate::lexicon_runtime::Method;
+use crate::lexicon_runtime::{Method, SyntaxError};
 
 type Answer<'a> = Pin<Box<dyn Future<Output = Result<Response, XrpcError>> + Send + 'a>>;
 
@@ -82,6 +82,13 @@ static ROUTES: &[Route] = &[
 /// The route of `nsid`, if the server answers it over HTTP.
 pub fn route(nsid: &str) -> Option<&'static Route> {
     ROUTES.iter().find(|r| r.method.nsid == nsid)
+}
+
+/// One of our own values (a DID, a CID, a key we stored) in its lexicon
+/// format, for a generated output: one that does not pass is the server's
+/// fault (500), not the client's.
+fn ours<T>(what: &str, made: Result<T, SyntaxError>) -> Result<T, XrpcError> {
+    made.map_err(|e| XrpcError::internal(format!("our own {what} is not valid: {e}")))
 }
 
 #[cfg(test)]
