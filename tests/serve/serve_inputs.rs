@@ -346,3 +346,100 @@ fn apply_writes_answers_each_write() {
     assert!(results[1]["cid"].is_string(), "{applied}");
     assert_eq!(results[0]["cid"], results[2]["cid"]);
 }
+
+#[test]
+fn read_answers_keep_their_shapes() {
+    let peer = Peer::start();
+    let did = peer.did().to_owned();
+    let get = |path: &str| {
+        let bearer = format!("Bearer {}", peer.token);
+        ok(&http(
+            &peer.serve.addr(),
+            "GET",
+            &format!("/xrpc/{path}"),
+            &[("authorization", &bearer)],
+            b"",
+        ))
+    };
+    for rkey in ["a", "b"] {
+        ok(&peer.post(
+            "com.atproto.repo.createRecord",
+            &json!({"repo": did, "collection": NOTE, "rkey": rkey, "record": {"$type": NOTE}}),
+        ));
+    }
+    let repo = enc(&did);
+    let page = get(&format!(
+        "com.atproto.repo.listRecords?repo={repo}&collection={NOTE}&limit=1"
+    ));
+    assert_eq!(keys(&page), ["cursor", "records"]);
+    assert_eq!(page["cursor"], "b");
+    assert_eq!(keys(&page["records"][0]), ["cid", "uri", "value"]);
+    let all = get(&format!(
+        "com.atproto.repo.listRecords?repo={repo}&collection={NOTE}"
+    ));
+    assert_eq!(keys(&all), ["records"]);
+    let described = get(&format!("com.atproto.repo.describeRepo?repo={repo}"));
+    assert_eq!(
+        keys(&described),
+        ["collections", "did", "didDoc", "handle", "handleIsCorrect"]
+    );
+    assert_eq!(described["collections"], json!([NOTE]));
+    assert_eq!(described["handleIsCorrect"], true);
+    assert_eq!(described["didDoc"]["id"], did);
+
+    let bearer = format!("Bearer {}", peer.token);
+    let uploaded = ok(&http(
+        &peer.serve.addr(),
+        "POST",
+        "/xrpc/com.atproto.repo.uploadBlob",
+        &[("content-type", "image/png"), ("authorization", &bearer)],
+        b"not really a png",
+    ));
+    assert_eq!(keys(&uploaded), ["blob"]);
+    assert_eq!(
+        keys(&uploaded["blob"]),
+        ["$type", "mimeType", "ref", "size"]
+    );
+    assert_eq!(uploaded["blob"]["$type"], "blob");
+    assert_eq!(uploaded["blob"]["mimeType"], "image/png");
+    assert_eq!(uploaded["blob"]["size"], 16);
+    assert_eq!(keys(&uploaded["blob"]["ref"]), ["$link"]);
+
+    let server = get("com.atproto.server.describeServer");
+    assert_eq!(
+        keys(&server),
+        [
+            "availableUserDomains",
+            "did",
+            "inviteCodeRequired",
+            "links",
+            "phoneVerificationRequired"
+        ]
+    );
+    assert_eq!(server["links"], json!({}));
+    assert_eq!(server["availableUserDomains"], json!([]));
+    let session = get("com.atproto.server.getSession");
+    assert_eq!(keys(&session), ["active", "did", "didDoc", "handle"]);
+    assert_eq!(session["didDoc"], described["didDoc"]);
+    let resolved = get(&format!(
+        "com.atproto.identity.resolveHandle?handle={}",
+        peer.serve.handle
+    ));
+    assert_eq!(resolved, json!({"did": did}));
+
+    let latest = get(&format!("com.atproto.sync.getLatestCommit?did={repo}"));
+    assert_eq!(keys(&latest), ["cid", "rev"]);
+    let status = get(&format!("com.atproto.sync.getRepoStatus?did={repo}"));
+    assert_eq!(keys(&status), ["active", "did", "rev"]);
+    assert_eq!(status["rev"], latest["rev"]);
+    let repos = get("com.atproto.sync.listRepos");
+    assert_eq!(
+        repos,
+        json!({"repos": [{"did": did, "head": latest["cid"], "rev": latest["rev"],
+                          "active": true}]})
+    );
+    assert_eq!(
+        get("com.atproto.sync.listRepos?cursor=x"),
+        json!({"repos": []})
+    );
+}

@@ -11,12 +11,14 @@ use std::sync::Arc;
 use axum::Json;
 use axum::response::{IntoResponse, Response};
 use cid::Cid;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use super::ours;
 use super::server::require_access;
+use super::{cid_string, data, our_did, our_handle, ours, rev};
 use crate::atproto::com::atproto::repo as repo_;
-use crate::lexicon_runtime::{AtUri, CidString, RecordKey, StringEnum, Tid};
+use crate::lexicon_runtime::{
+    AtUri, Blob, BlobRef, CidLink, CidString, Nsid, RecordKey, StringEnum,
+};
 use crate::model::{parse_cid, record_cid};
 use crate::repo::blobs::blob_refs_in;
 use crate::repo::records::prepare_record;
@@ -31,7 +33,11 @@ use repo_::apply_writes::{
 use repo_::create_record::{CreateRecordInput, CreateRecordOutput};
 use repo_::defs::CommitMeta;
 use repo_::delete_record::{DeleteRecordInput, DeleteRecordOutput};
+use repo_::describe_repo::DescribeRepoOutput;
+use repo_::get_record::GetRecordOutput;
+use repo_::list_records::{self as list, ListRecordsOutput};
 use repo_::put_record::{PutRecordInput, PutRecordOutput};
+use repo_::upload_blob::UploadBlobOutput;
 
 /// A write as the client asked for it, before the lock resolves it.
 enum Planned {
@@ -174,10 +180,6 @@ fn uri(state: &AppState, collection: &str, rkey: &str) -> String {
 
 fn record_uri(state: &AppState, collection: &str, rkey: &str) -> Result<AtUri, XrpcError> {
     ours("record URI", AtUri::new(uri(state, collection, rkey)))
-}
-
-fn cid_string(cid: &Cid) -> Result<CidString, XrpcError> {
-    ours("CID", CidString::new(cid.to_string()))
 }
 
 /// The `uri` and `cid` of a record the commit wrote.
@@ -376,7 +378,7 @@ async fn run_commit(
 fn commit_meta(info: &CommitInfo) -> Result<CommitMeta, XrpcError> {
     Ok(CommitMeta {
         cid: cid_string(&info.head.commit)?,
-        rev: ours("rev", Tid::new(info.head.rev.to_string()))?,
+        rev: rev(&info.head.rev)?,
         extra: Default::default(),
     })
 }
@@ -620,11 +622,12 @@ pub async fn get_record(state: &Arc<AppState>, req: Request) -> Result<Response,
     if want.is_some_and(|c| c != entry.cid) {
         return Err(not_found());
     }
-    Ok(Json(json!({
-        "uri": uri(state, &collection, &rkey),
-        "cid": entry.cid.to_string(),
-        "value": entry.value,
-    }))
+    Ok(Json(GetRecordOutput {
+        uri: record_uri(state, &collection, &rkey)?,
+        cid: Some(cid_string(&entry.cid)?),
+        value: data("record", &entry.value)?,
+        extra: Default::default(),
+    })
     .into_response())
 }
 
@@ -685,20 +688,22 @@ pub async fn list_records(state: &Arc<AppState>, req: Request) -> Result<Respons
                 let Some(entry) = core.repo().get(&collection, rkey)? else {
                     continue;
                 };
-                records.push(json!({
-                    "uri": format!("at://{did}/{key}"),
-                    "cid": cid.to_string(),
-                    "value": entry.value,
-                }));
+                records.push(list::Record {
+                    uri: ours("record URI", AtUri::new(format!("at://{did}/{key}")))?,
+                    cid: cid_string(&cid)?,
+                    value: data("record", &entry.value)?,
+                    extra: Default::default(),
+                });
             }
             Ok((records, next))
         })
         .await?;
-    let mut out = json!({"records": records});
-    if let Some(c) = next {
-        out["cursor"] = c.into();
-    }
-    Ok(Json(out).into_response())
+    Ok(Json(ListRecordsOutput {
+        cursor: next,
+        records,
+        extra: Default::default(),
+    })
+    .into_response())
 }
 
 pub async fn describe_repo(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
@@ -706,7 +711,7 @@ pub async fn describe_repo(state: &Arc<AppState>, req: Request) -> Result<Respon
     state.own_repo(params.repo.as_str())?;
     let collections = state
         .with_core(|core| {
-            let mut out: Vec<String> = Vec::new();
+            let mut out: Vec<Nsid> = Vec::new();
             let mut start = String::new();
             loop {
                 // Jump over each collection: every key of `c/…` sorts
@@ -717,19 +722,20 @@ pub async fn describe_repo(state: &Arc<AppState>, req: Request) -> Result<Respon
                 let Some((c, _)) = key.split_once('/') else {
                     break;
                 };
-                out.push(c.to_owned());
+                out.push(ours("collection", Nsid::new(c))?);
                 start = format!("{c}0");
             }
             Ok(out)
         })
         .await?;
-    Ok(Json(json!({
-        "handle": state.handle,
-        "did": state.did,
-        "didDoc": state.did_doc,
-        "collections": collections,
-        "handleIsCorrect": true,
-    }))
+    Ok(Json(DescribeRepoOutput {
+        handle: our_handle(state)?,
+        did: our_did(state)?,
+        did_doc: data("DID document", &state.did_doc)?,
+        collections,
+        handle_is_correct: true,
+        extra: Default::default(),
+    })
     .into_response())
 }
 
@@ -753,13 +759,13 @@ pub async fn upload_blob(state: &Arc<AppState>, req: Request) -> Result<Response
                 .map_err(XrpcError::internal)
         })
         .await?;
-    Ok(Json(json!({
-        "blob": {
-            "$type": "blob",
-            "ref": {"$link": cid.to_string()},
-            "mimeType": mime,
-            "size": size,
-        }
-    }))
+    Ok(Json(UploadBlobOutput {
+        blob: BlobRef::Typed(Blob {
+            r#ref: CidLink(cid),
+            mime_type: mime,
+            size: i64::try_from(size).map_err(XrpcError::internal)?,
+        }),
+        extra: Default::default(),
+    })
     .into_response())
 }
