@@ -11,7 +11,7 @@ use axum::extract::{ConnectInfo, Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use super::error::XrpcError;
 use super::routes;
@@ -82,13 +82,35 @@ impl Request {
 
     /// The JSON body decoded into `T`; a shape error is `InvalidRequest`.
     pub fn input<T: DeserializeOwned>(&self) -> Result<T, XrpcError> {
-        let value = self.json()?;
-        if !value.is_object() {
-            return Err(XrpcError::invalid_request("Input must be an object"));
-        }
-        serde_json::from_value(value)
-            .map_err(|e| XrpcError::invalid_request(format!("Invalid input: {e}")))
+        decode_input(self.object()?)
     }
+
+    /// The body as a JSON object, for a handler that looks at it before
+    /// decoding it ([`decode_input`]).
+    pub fn object(&self) -> Result<Map<String, Value>, XrpcError> {
+        match self.json()? {
+            Value::Object(object) => Ok(object),
+            _ => Err(XrpcError::invalid_request("Input must be an object")),
+        }
+    }
+}
+
+/// An input object decoded into the method's generated `…Input` type (no
+/// lexicon checks); a shape or format error is `InvalidRequest`. Fields
+/// the lexicon does not declare land in the type's `extra`, so they too
+/// must be data-model values (no floats).
+pub fn decode_input<T: DeserializeOwned>(object: Map<String, Value>) -> Result<T, XrpcError> {
+    serde_json::from_value(Value::Object(object))
+        .map_err(|e| XrpcError::invalid_request(format!("Invalid input: {e}")))
+}
+
+/// Drops the members of `object` that are `null`, but those named in
+/// `keep`. The server's inputs have always read `null` for an optional
+/// field as absent; the generated types refuse it, as the lexicon does.
+/// A `null` required field becomes a missing one: `InvalidRequest` either
+/// way.
+pub fn null_as_absent(object: &mut Map<String, Value>, keep: &[&str]) {
+    object.retain(|k, v| !v.is_null() || keep.contains(&k.as_str()));
 }
 
 /// The MIME type of a request, without parameters, in lower case.

@@ -12,6 +12,7 @@ mod serve_bad_input;
 mod serve_blobs;
 mod serve_chat;
 mod serve_clients;
+mod serve_inputs;
 mod serve_limits;
 mod serve_plc;
 mod serve_sessions;

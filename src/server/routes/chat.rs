@@ -58,6 +58,9 @@ use crate::server::xrpc::Request;
 
 use crate::chat::store::{CHAT, MESSAGE};
 
+/// The one answer not built as its generated Output (`GetThreadOutput`):
+/// the records go out as stored, where typing each as `Data` would
+/// re-encode every message of the page.
 pub async fn get_thread(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     let params: GetThreadParams = req.params()?;
     let limit = params.limit_or_default() as usize;

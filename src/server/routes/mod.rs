@@ -14,13 +14,15 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::response::Response;
+use serde_json::Value;
 
 use super::error::XrpcError;
 use super::state::AppState;
 use super::xrpc::Request;
 use crate::atproto::com::atproto::{identity, repo as repo_, server as server_, sync as sync_};
 use crate::lexicon::chat::gel::assistant as gel;
-use crate::lexicon_runtime::Method;
+use crate::lexicon_runtime::{CidString, Data, Did, Handle, Method, SyntaxError, Tid};
+use crate::model::{Cid, json_to_ipld};
 
 type Answer<'a> = Pin<Box<dyn Future<Output = Result<Response, XrpcError>> + Send + 'a>>;
 
@@ -82,6 +84,40 @@ static ROUTES: &[Route] = &[
 /// The route of `nsid`, if the server answers it over HTTP.
 pub fn route(nsid: &str) -> Option<&'static Route> {
     ROUTES.iter().find(|r| r.method.nsid == nsid)
+}
+
+/// One of our own values (a DID, a CID, a key we stored) in its lexicon
+/// format, for a generated output: one that does not pass is the server's
+/// fault (500), not the client's.
+fn ours<T>(what: &str, made: Result<T, SyntaxError>) -> Result<T, XrpcError> {
+    made.map_err(|e| XrpcError::internal(format!("our own {what} is not valid: {e}")))
+}
+
+/// This server's account's DID, for a generated output.
+fn our_did(state: &AppState) -> Result<Did, XrpcError> {
+    ours("DID", Did::new(state.did.clone()))
+}
+
+/// This server's account's handle, for a generated output.
+fn our_handle(state: &AppState) -> Result<Handle, XrpcError> {
+    ours("handle", Handle::new(state.handle.clone()))
+}
+
+fn cid_string(cid: &Cid) -> Result<CidString, XrpcError> {
+    ours("CID", CidString::new(cid.to_string()))
+}
+
+/// A repository revision (a TID) for a generated output.
+fn rev(rev: &impl std::fmt::Display) -> Result<Tid, XrpcError> {
+    ours("rev", Tid::new(rev.to_string()))
+}
+
+/// Atproto JSON we hold (a stored record, the DID document) as the
+/// generated outputs' `Data`.
+fn data(what: &str, value: &Value) -> Result<Data, XrpcError> {
+    json_to_ipld(value)
+        .map(Data)
+        .map_err(|e| XrpcError::internal(format!("our own {what} is not atproto data: {e}")))
 }
 
 #[cfg(test)]

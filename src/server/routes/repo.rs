@@ -11,18 +11,33 @@ use std::sync::Arc;
 use axum::Json;
 use axum::response::{IntoResponse, Response};
 use cid::Cid;
-use serde::{Deserialize, Deserializer};
-use serde_json::{Value, json};
+use serde_json::{Map, Value};
 
 use super::server::require_access;
+use super::{cid_string, data, our_did, our_handle, ours, rev};
 use crate::atproto::com::atproto::repo as repo_;
-use crate::model::parse_cid;
+use crate::lexicon_runtime::{
+    AtUri, Blob, BlobRef, CidLink, CidString, Nsid, RecordKey, StringEnum,
+};
+use crate::model::{parse_cid, record_cid};
 use crate::repo::blobs::blob_refs_in;
 use crate::repo::records::prepare_record;
 use crate::repo::repository::{CommitInfo, RepoError, Write};
 use crate::server::error::XrpcError;
 use crate::server::state::{AppState, Core};
-use crate::server::xrpc::{Request, content_type};
+use crate::server::xrpc::{Request, content_type, decode_input, null_as_absent};
+use repo_::apply_writes::{
+    self as apply, ApplyWritesInput, ApplyWritesInputWritesItem as WriteOp, ApplyWritesOutput,
+    ApplyWritesOutputResultsItem as WriteResult,
+};
+use repo_::create_record::{CreateRecordInput, CreateRecordOutput};
+use repo_::defs::CommitMeta;
+use repo_::delete_record::{DeleteRecordInput, DeleteRecordOutput};
+use repo_::describe_repo::DescribeRepoOutput;
+use repo_::get_record::GetRecordOutput;
+use repo_::list_records::{self as list, ListRecordsOutput};
+use repo_::put_record::{PutRecordInput, PutRecordOutput};
+use repo_::upload_blob::UploadBlobOutput;
 
 /// A write as the client asked for it, before the lock resolves it.
 enum Planned {
@@ -65,18 +80,71 @@ enum Swap {
 struct Done {
     collection: String,
     rkey: String,
+    /// What the key holds after the commit (a record a later write of the
+    /// batch deleted: its own); none for a delete.
     cid: Option<Cid>,
 }
 
-fn double_option<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<String>>, D::Error> {
-    Option::<String>::deserialize(d).map(Some)
+/// Which kind of write an applyWrites result answers.
+#[derive(Clone, Copy)]
+enum Kind {
+    Create,
+    Update,
+    Delete,
 }
 
-fn cid_param(what: &str, s: Option<&str>) -> Result<Option<Cid>, XrpcError> {
-    s.map(|s| {
-        parse_cid(s).map_err(|e| XrpcError::invalid_request(format!("{what} is not a CID: {e}")))
-    })
-    .transpose()
+fn cid_of(what: &str, s: &CidString) -> Result<Cid, XrpcError> {
+    parse_cid(s).map_err(|e| XrpcError::invalid_request(format!("{what} is not a CID: {e}")))
+}
+
+fn cid_param(what: &str, s: Option<&CidString>) -> Result<Option<Cid>, XrpcError> {
+    s.map(|s| cid_of(what, s)).transpose()
+}
+
+/// A write's body, the account checked first: a `repo` string that is not
+/// this account, well-formed or not, is `RepoNotFound` before the rest is
+/// read (the generated `AtIdentifier` would call a malformed one
+/// `InvalidRequest`). One that is missing or not a string fails decoding.
+fn write_body(state: &AppState, req: &Request) -> Result<Map<String, Value>, XrpcError> {
+    let body = req.object()?;
+    if let Some(Value::String(repo)) = body.get("repo") {
+        state.own_repo(repo)?;
+    }
+    Ok(body)
+}
+
+/// Takes the record at `field` out of `object` as the client sent it,
+/// leaving `null` for the generated type's `Data`. The repository reads
+/// and checks records itself, its lexicon first (`InvalidRecord`), then
+/// the data model; decoded as `Data` here, a float or a malformed `$link`
+/// would be `InvalidRequest` first, and `$bytes` with stray bits that the
+/// data model refuses would be stored re-encoded.
+fn take_record(object: &mut Map<String, Value>, field: &str) -> Option<Value> {
+    object.get_mut(field).map(Value::take)
+}
+
+/// Each applyWrites write's `value`, taken out as [`take_record`] does;
+/// `null` there is absent, as it always was.
+fn take_values(body: &mut Map<String, Value>) -> Vec<Option<Value>> {
+    let Some(Value::Array(writes)) = body.get_mut("writes") else {
+        return Vec::new();
+    };
+    writes
+        .iter_mut()
+        .map(|w| match w {
+            Value::Object(op) => {
+                null_as_absent(op, &[]);
+                take_record(op, "value")
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// A record set aside by [`take_record`] for a field the input requires
+/// (so it is there once the input decoded).
+fn required(record: Option<Value>, what: &str) -> Result<Value, XrpcError> {
+    record.ok_or_else(|| XrpcError::invalid_request(format!("{what} must have a record")))
 }
 
 fn check_validate(
@@ -96,16 +164,33 @@ fn check_validate(
     Ok(())
 }
 
-fn validation_status(state: &AppState, collection: &str) -> &'static str {
-    if state.lexicons.get(collection).is_some() {
+/// `validationStatus` as the method's generated enum.
+fn validation_status<T: StringEnum>(state: &AppState, collection: &str) -> Result<T, XrpcError> {
+    let status = if state.lexicons.get(collection).is_some() {
         "valid"
     } else {
         "unknown"
-    }
+    };
+    T::from_string(status.to_owned()).map_err(XrpcError::internal)
 }
 
 fn uri(state: &AppState, collection: &str, rkey: &str) -> String {
     format!("at://{}/{collection}/{rkey}", state.did)
+}
+
+fn record_uri(state: &AppState, collection: &str, rkey: &str) -> Result<AtUri, XrpcError> {
+    ours("record URI", AtUri::new(uri(state, collection, rkey)))
+}
+
+/// The `uri` and `cid` of a record the commit wrote.
+fn written(state: &AppState, d: &Done) -> Result<(AtUri, CidString), XrpcError> {
+    let cid = d
+        .cid
+        .ok_or_else(|| XrpcError::internal("a written record has no CID"))?;
+    Ok((
+        record_uri(state, &d.collection, &d.rkey)?,
+        cid_string(&cid)?,
+    ))
 }
 
 /// Resolves the planned writes against the current tree, applies them as
@@ -206,7 +291,14 @@ fn commit(
     for w in &writes {
         let cid = match w {
             Write::Delete { .. } => None,
-            _ => core.repo().get_cid(w.collection(), w.rkey())?,
+            Write::Create { value, .. } | Write::Update { value, .. } => {
+                match core.repo().get_cid(w.collection(), w.rkey())? {
+                    Some(cid) => Some(cid),
+                    // A later write of the batch deleted it: its own CID,
+                    // as the reference PDS answers (the result needs one).
+                    None => Some(record_cid(value).map_err(XrpcError::internal)?),
+                }
+            }
         };
         done.push(Done {
             collection: w.collection().to_owned(),
@@ -283,118 +375,102 @@ async fn run_commit(
     Ok((info, done))
 }
 
-/// The answer of createRecord and putRecord: the one record written and
-/// its commit.
-fn one_write_output(state: &AppState, info: &CommitInfo, d: &Done, status: &str) -> Response {
-    Json(json!({
-        "uri": uri(state, &d.collection, &d.rkey),
-        "cid": d.cid.map(|c| c.to_string()),
-        "commit": commit_json(info),
-        "validationStatus": status,
-    }))
-    .into_response()
-}
-
-fn commit_json(info: &CommitInfo) -> Value {
-    json!({"cid": info.head.commit.to_string(), "rev": info.head.rev.to_string()})
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CreateInput {
-    repo: String,
-    collection: String,
-    rkey: Option<String>,
-    validate: Option<bool>,
-    record: Value,
-    swap_commit: Option<String>,
+fn commit_meta(info: &CommitInfo) -> Result<CommitMeta, XrpcError> {
+    Ok(CommitMeta {
+        cid: cid_string(&info.head.commit)?,
+        rev: rev(&info.head.rev)?,
+        extra: Default::default(),
+    })
 }
 
 pub async fn create_record(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     require_access(state, &req)?;
-    let input: CreateInput = req.input()?;
-    state.own_repo(&input.repo)?;
-    check_validate(state, &input.collection, input.validate)?;
-    let swap_commit = cid_param("swapCommit", input.swap_commit.as_deref())?;
-    let status = validation_status(state, &input.collection);
+    let mut body = write_body(state, &req)?;
+    null_as_absent(&mut body, &["record"]);
+    let record = take_record(&mut body, "record");
+    let input: CreateRecordInput = decode_input(body)?;
+    let record = required(record, "createRecord")?;
+    let collection = input.collection.into_string();
+    check_validate(state, &collection, input.validate)?;
+    let swap_commit = cid_param("swapCommit", input.swap_commit.as_ref())?;
     let planned = vec![Planned::Create {
-        collection: input.collection,
-        rkey: input.rkey,
-        value: input.record,
+        collection,
+        rkey: input.rkey.map(RecordKey::into_string),
+        value: record,
     }];
     let (info, done) = run_commit(state, planned, swap_commit).await?;
-    Ok(one_write_output(state, &info, &done[0], status))
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct PutInput {
-    repo: String,
-    collection: String,
-    rkey: String,
-    validate: Option<bool>,
-    record: Value,
-    #[serde(default, deserialize_with = "double_option")]
-    swap_record: Option<Option<String>>,
-    swap_commit: Option<String>,
+    let (uri, cid) = written(state, &done[0])?;
+    Ok(Json(CreateRecordOutput {
+        uri,
+        cid,
+        commit: Some(commit_meta(&info)?),
+        validation_status: Some(validation_status(state, &done[0].collection)?),
+        extra: Default::default(),
+    })
+    .into_response())
 }
 
 pub async fn put_record(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     require_access(state, &req)?;
-    let input: PutInput = req.input()?;
-    state.own_repo(&input.repo)?;
-    check_validate(state, &input.collection, input.validate)?;
+    let mut body = write_body(state, &req)?;
+    // A null `swapRecord` is "must not exist", not absent.
+    null_as_absent(&mut body, &["record", "swapRecord"]);
+    let record = take_record(&mut body, "record");
+    let input: PutRecordInput = decode_input(body)?;
+    let record = required(record, "putRecord")?;
+    let (collection, rkey) = (input.collection.into_string(), input.rkey.into_string());
+    check_validate(state, &collection, input.validate)?;
     let swap = match &input.swap_record {
         None => Swap::Any,
         Some(None) => Swap::Absent,
-        Some(Some(s)) => Swap::Is(cid_param("swapRecord", Some(s))?.expect("given")),
+        Some(Some(cid)) => Swap::Is(cid_of("swapRecord", cid)?),
     };
-    let swap_commit = cid_param("swapCommit", input.swap_commit.as_deref())?;
-    let status = validation_status(state, &input.collection);
+    let swap_commit = cid_param("swapCommit", input.swap_commit.as_ref())?;
     // The record already stored as given: a no-op without a commit (the
     // swaps are not checked), as the reference PDS answers it. `gelstore
     // sync` relies on this for its create-if-absent retries.
-    if let Ok(cid) = crate::model::record_cid(&input.record) {
-        let (collection, rkey) = (input.collection.clone(), input.rkey.clone());
+    if let Ok(cid) = record_cid(&record) {
+        let key = (collection.clone(), rkey.clone());
         let current = state
-            .with_core(move |core| Ok(core.repo().get_cid(&collection, &rkey)?))
+            .with_core(move |core| Ok(core.repo().get_cid(&key.0, &key.1)?))
             .await?;
         if current == Some(cid) {
-            return Ok(Json(json!({
-                "uri": uri(state, &input.collection, &input.rkey),
-                "cid": cid.to_string(),
-                "validationStatus": status,
-            }))
+            return Ok(Json(PutRecordOutput {
+                uri: record_uri(state, &collection, &rkey)?,
+                cid: cid_string(&cid)?,
+                commit: None,
+                validation_status: Some(validation_status(state, &collection)?),
+                extra: Default::default(),
+            })
             .into_response());
         }
     }
     let planned = vec![Planned::Put {
-        collection: input.collection,
-        rkey: input.rkey,
-        value: input.record,
+        collection,
+        rkey,
+        value: record,
         swap,
     }];
     let (info, done) = run_commit(state, planned, swap_commit).await?;
-    Ok(one_write_output(state, &info, &done[0], status))
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct DeleteInput {
-    repo: String,
-    collection: String,
-    rkey: String,
-    swap_record: Option<String>,
-    swap_commit: Option<String>,
+    let (uri, cid) = written(state, &done[0])?;
+    Ok(Json(PutRecordOutput {
+        uri,
+        cid,
+        commit: Some(commit_meta(&info)?),
+        validation_status: Some(validation_status(state, &done[0].collection)?),
+        extra: Default::default(),
+    })
+    .into_response())
 }
 
 pub async fn delete_record(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     require_access(state, &req)?;
-    let input: DeleteInput = req.input()?;
-    state.own_repo(&input.repo)?;
-    let swap = cid_param("swapRecord", input.swap_record.as_deref())?;
-    let swap_commit = cid_param("swapCommit", input.swap_commit.as_deref())?;
-    let (collection, rkey) = (input.collection, input.rkey);
+    let mut body = write_body(state, &req)?;
+    null_as_absent(&mut body, &[]);
+    let input: DeleteRecordInput = decode_input(body)?;
+    let swap = cid_param("swapRecord", input.swap_record.as_ref())?;
+    let swap_commit = cid_param("swapCommit", input.swap_commit.as_ref())?;
+    let (collection, rkey) = (input.collection.into_string(), input.rkey.into_string());
     let result = state
         .with_core(move |core| {
             // Deleting what is not there is a no-op without a commit (as on
@@ -410,108 +486,123 @@ pub async fn delete_record(state: &Arc<AppState>, req: Request) -> Result<Respon
             commit(core, planned, swap_commit).map(|(info, _)| Some(info))
         })
         .await?;
-    match result {
-        None => Ok(Json(json!({})).into_response()),
-        Some(info) => Ok(Json(json!({"commit": commit_json(&info)})).into_response()),
-    }
+    Ok(Json(DeleteRecordOutput {
+        commit: result.as_ref().map(commit_meta).transpose()?,
+        extra: Default::default(),
+    })
+    .into_response())
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ApplyInput {
-    repo: String,
-    validate: Option<bool>,
-    writes: Vec<Value>,
-    swap_commit: Option<String>,
-}
-
-#[derive(Deserialize)]
-struct WriteOp {
-    #[serde(rename = "$type")]
-    kind: String,
-    collection: String,
-    rkey: Option<String>,
+/// One applyWrites write as planned, with its `value` as set aside.
+fn plan(
+    state: &AppState,
+    i: usize,
+    op: WriteOp,
     value: Option<Value>,
+    validate: Option<bool>,
+) -> Result<(Planned, Kind), XrpcError> {
+    let what = format!("writes/{i}");
+    Ok(match op {
+        WriteOp::Create(w) => {
+            check_validate(state, &w.collection, validate)?;
+            let planned = Planned::Create {
+                collection: w.collection.into_string(),
+                rkey: w.rkey.map(RecordKey::into_string),
+                value: required(value, &what)?,
+            };
+            (planned, Kind::Create)
+        }
+        WriteOp::Update(w) => {
+            check_validate(state, &w.collection, validate)?;
+            let planned = Planned::Update {
+                collection: w.collection.into_string(),
+                rkey: w.rkey.into_string(),
+                value: required(value, &what)?,
+            };
+            (planned, Kind::Update)
+        }
+        WriteOp::Delete(w) => {
+            check_validate(state, &w.collection, validate)?;
+            let planned = Planned::Delete {
+                collection: w.collection.into_string(),
+                rkey: w.rkey.into_string(),
+                swap: None,
+            };
+            (planned, Kind::Delete)
+        }
+    })
+}
+
+/// What one applyWrites write did, as its result.
+fn write_result(state: &AppState, d: &Done, kind: Kind) -> Result<WriteResult, XrpcError> {
+    let extra = Default::default();
+    Ok(match kind {
+        Kind::Delete => WriteResult::DeleteResult(apply::DeleteResult { extra }),
+        Kind::Create => {
+            let (uri, cid) = written(state, d)?;
+            let validation_status = Some(validation_status(state, &d.collection)?);
+            WriteResult::CreateResult(apply::CreateResult {
+                uri,
+                cid,
+                validation_status,
+                extra,
+            })
+        }
+        Kind::Update => {
+            let (uri, cid) = written(state, d)?;
+            let validation_status = Some(validation_status(state, &d.collection)?);
+            WriteResult::UpdateResult(apply::UpdateResult {
+                uri,
+                cid,
+                validation_status,
+                extra,
+            })
+        }
+    })
 }
 
 pub async fn apply_writes(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     require_access(state, &req)?;
-    let input: ApplyInput = req.input()?;
-    state.own_repo(&input.repo)?;
+    let mut body = write_body(state, &req)?;
+    null_as_absent(&mut body, &[]);
+    let mut values = take_values(&mut body).into_iter();
+    let input: ApplyWritesInput = decode_input(body)?;
     if input.writes.len() > state.limits.writes {
         return Err(XrpcError::invalid_request(format!(
             "Too many writes. Max: {}",
             state.limits.writes
         )));
     }
-    let swap_commit = cid_param("swapCommit", input.swap_commit.as_deref())?;
+    let swap_commit = cid_param("swapCommit", input.swap_commit.as_ref())?;
     let mut planned = Vec::with_capacity(input.writes.len());
     let mut kinds = Vec::with_capacity(input.writes.len());
-    for (i, w) in input.writes.into_iter().enumerate() {
-        let op: WriteOp = serde_json::from_value(w)
-            .map_err(|e| XrpcError::invalid_request(format!("Invalid input: writes/{i}: {e}")))?;
-        check_validate(state, &op.collection, input.validate)?;
-        let need = |v: Option<String>, what: &str| {
-            v.ok_or_else(|| XrpcError::invalid_request(format!("writes/{i} must have {what}")))
-        };
-        let kind = op
-            .kind
-            .strip_prefix("com.atproto.repo.applyWrites")
-            .unwrap_or("");
-        planned.push(match kind {
-            "#create" => Planned::Create {
-                collection: op.collection,
-                rkey: op.rkey,
-                value: op.value.ok_or_else(|| {
-                    XrpcError::invalid_request(format!("writes/{i} must have value"))
-                })?,
-            },
-            "#update" => Planned::Update {
-                collection: op.collection,
-                rkey: need(op.rkey, "rkey")?,
-                value: op.value.ok_or_else(|| {
-                    XrpcError::invalid_request(format!("writes/{i} must have value"))
-                })?,
-            },
-            "#delete" => Planned::Delete {
-                collection: op.collection,
-                rkey: need(op.rkey, "rkey")?,
-                swap: None,
-            },
-            _ => {
-                return Err(XrpcError::invalid_request(format!(
-                    "writes/{i}: unknown $type {:?}",
-                    op.kind.chars().take(100).collect::<String>()
-                )));
-            }
-        });
-        kinds.push(kind.to_owned());
+    for (i, op) in input.writes.into_iter().enumerate() {
+        let (write, kind) = plan(state, i, op, values.next().flatten(), input.validate)?;
+        planned.push(write);
+        kinds.push(kind);
     }
     if planned.is_empty() {
         return Err(XrpcError::invalid_request("writes must not be empty"));
     }
     let (info, done) = run_commit(state, planned, swap_commit).await?;
-    let results: Vec<Value> = done
+    let results = done
         .iter()
-        .zip(&kinds)
-        .map(|(d, kind)| match kind.as_str() {
-            "#delete" => json!({"$type": "com.atproto.repo.applyWrites#deleteResult"}),
-            _ => json!({
-                "$type": format!("com.atproto.repo.applyWrites{kind}Result"),
-                "uri": uri(state, &d.collection, &d.rkey),
-                "cid": d.cid.map(|c| c.to_string()),
-                "validationStatus": validation_status(state, &d.collection),
-            }),
-        })
-        .collect();
-    Ok(Json(json!({"commit": commit_json(&info), "results": results})).into_response())
+        .zip(kinds)
+        .map(|(d, kind)| write_result(state, d, kind))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Json(ApplyWritesOutput {
+        commit: Some(commit_meta(&info)?),
+        results: Some(results),
+        extra: Default::default(),
+    })
+    .into_response())
 }
 
 pub async fn get_record(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     let params: repo_::get_record::GetRecordParams = req.params()?;
     state.own_repo(params.repo.as_str())?;
     let (collection, rkey) = (params.collection.into_string(), params.rkey.into_string());
-    let want = cid_param("cid", params.cid.as_ref().map(|c| c.as_str()))?;
+    let want = cid_param("cid", params.cid.as_ref())?;
     let key = (collection.clone(), rkey.clone());
     let entry = state
         .with_core(move |core| Ok(core.repo().get(&key.0, &key.1)?))
@@ -531,11 +622,12 @@ pub async fn get_record(state: &Arc<AppState>, req: Request) -> Result<Response,
     if want.is_some_and(|c| c != entry.cid) {
         return Err(not_found());
     }
-    Ok(Json(json!({
-        "uri": uri(state, &collection, &rkey),
-        "cid": entry.cid.to_string(),
-        "value": entry.value,
-    }))
+    Ok(Json(GetRecordOutput {
+        uri: record_uri(state, &collection, &rkey)?,
+        cid: Some(cid_string(&entry.cid)?),
+        value: data("record", &entry.value)?,
+        extra: Default::default(),
+    })
     .into_response())
 }
 
@@ -596,20 +688,22 @@ pub async fn list_records(state: &Arc<AppState>, req: Request) -> Result<Respons
                 let Some(entry) = core.repo().get(&collection, rkey)? else {
                     continue;
                 };
-                records.push(json!({
-                    "uri": format!("at://{did}/{key}"),
-                    "cid": cid.to_string(),
-                    "value": entry.value,
-                }));
+                records.push(list::Record {
+                    uri: ours("record URI", AtUri::new(format!("at://{did}/{key}")))?,
+                    cid: cid_string(&cid)?,
+                    value: data("record", &entry.value)?,
+                    extra: Default::default(),
+                });
             }
             Ok((records, next))
         })
         .await?;
-    let mut out = json!({"records": records});
-    if let Some(c) = next {
-        out["cursor"] = c.into();
-    }
-    Ok(Json(out).into_response())
+    Ok(Json(ListRecordsOutput {
+        cursor: next,
+        records,
+        extra: Default::default(),
+    })
+    .into_response())
 }
 
 pub async fn describe_repo(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
@@ -617,7 +711,7 @@ pub async fn describe_repo(state: &Arc<AppState>, req: Request) -> Result<Respon
     state.own_repo(params.repo.as_str())?;
     let collections = state
         .with_core(|core| {
-            let mut out: Vec<String> = Vec::new();
+            let mut out: Vec<Nsid> = Vec::new();
             let mut start = String::new();
             loop {
                 // Jump over each collection: every key of `c/…` sorts
@@ -628,19 +722,20 @@ pub async fn describe_repo(state: &Arc<AppState>, req: Request) -> Result<Respon
                 let Some((c, _)) = key.split_once('/') else {
                     break;
                 };
-                out.push(c.to_owned());
+                out.push(ours("collection", Nsid::new(c))?);
                 start = format!("{c}0");
             }
             Ok(out)
         })
         .await?;
-    Ok(Json(json!({
-        "handle": state.handle,
-        "did": state.did,
-        "didDoc": state.did_doc,
-        "collections": collections,
-        "handleIsCorrect": true,
-    }))
+    Ok(Json(DescribeRepoOutput {
+        handle: our_handle(state)?,
+        did: our_did(state)?,
+        did_doc: data("DID document", &state.did_doc)?,
+        collections,
+        handle_is_correct: true,
+        extra: Default::default(),
+    })
     .into_response())
 }
 
@@ -664,13 +759,13 @@ pub async fn upload_blob(state: &Arc<AppState>, req: Request) -> Result<Response
                 .map_err(XrpcError::internal)
         })
         .await?;
-    Ok(Json(json!({
-        "blob": {
-            "$type": "blob",
-            "ref": {"$link": cid.to_string()},
-            "mimeType": mime,
-            "size": size,
-        }
-    }))
+    Ok(Json(UploadBlobOutput {
+        blob: BlobRef::Typed(Blob {
+            r#ref: CidLink(cid),
+            mime_type: mime,
+            size: i64::try_from(size).map_err(XrpcError::internal)?,
+        }),
+        extra: Default::default(),
+    })
     .into_response())
 }

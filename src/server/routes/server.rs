@@ -7,37 +7,50 @@ use axum::http::HeaderMap;
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::json;
 
-use crate::atproto::com::atproto::identity::resolve_handle::ResolveHandleParams;
+use super::{data, our_did, our_handle};
+use crate::atproto::com::atproto::identity::resolve_handle::{
+    ResolveHandleOutput, ResolveHandleParams,
+};
+use crate::atproto::com::atproto::server::create_session::{
+    CreateSessionInput, CreateSessionOutput,
+};
+use crate::atproto::com::atproto::server::describe_server::{DescribeServerOutput, Links};
+use crate::atproto::com::atproto::server::get_session::GetSessionOutput;
+use crate::atproto::com::atproto::server::refresh_session::RefreshSessionOutput;
+use crate::lexicon_runtime::{Data, Did, Handle};
 use crate::server::account::{Checked, check_password, hash_password, random_token};
 use crate::server::auth::{ACCESS_SCOPE, REFRESH_SCOPE, REFRESH_SECS, bearer, now};
 use crate::server::error::{RateLimit, XrpcError};
 use crate::server::sessions::Refused;
 use crate::server::state::AppState;
-use crate::server::xrpc::Request;
+use crate::server::xrpc::{Request, decode_input};
 
 pub async fn describe_server(state: &Arc<AppState>, _req: Request) -> Result<Response, XrpcError> {
-    Ok(Json(json!({
-        "did": state.did,
-        "availableUserDomains": [],
-        "inviteCodeRequired": true,
-        "phoneVerificationRequired": false,
-        "links": {},
-    }))
+    Ok(Json(DescribeServerOutput {
+        invite_code_required: Some(true),
+        phone_verification_required: Some(false),
+        blob_upload_limit: None,
+        available_user_domains: Vec::new(),
+        links: Some(Links {
+            privacy_policy: None,
+            terms_of_service: None,
+            extra: Default::default(),
+        }),
+        contact: None,
+        did: our_did(state)?,
+        extra: Default::default(),
+    })
     .into_response())
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct CreateSessionInput {
-    identifier: String,
-    password: String,
-}
-
 pub async fn create_session(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
-    let input: CreateSessionInput = req.input()?;
+    let mut body = req.object()?;
+    // No email codes and no takedowns here: the server reads neither
+    // field, so a malformed one is ignored, as it always was.
+    body.remove("authFactorToken");
+    body.remove("allowTakendown");
+    let input: CreateSessionInput = decode_input(body)?;
     let wrong = || XrpcError::auth_required("Invalid identifier or password");
     if !state.is_own_repo(input.identifier.trim()) {
         return Err(wrong());
@@ -90,31 +103,38 @@ pub async fn create_session(state: &Arc<AppState>, req: Request) -> Result<Respo
         .await
         .map_err(XrpcError::internal)?
         .map_err(XrpcError::internal)?;
-    let tokens = Tokens {
-        access: state.tokens.access(&state.did, iat),
-        refresh: state.tokens.refresh(&state.did, &jti, iat, exp),
-    };
-    Ok(session_output(state, Some(tokens)))
+    let a = Account::of(state)?;
+    Ok(Json(CreateSessionOutput {
+        access_jwt: state.tokens.access(&state.did, iat),
+        refresh_jwt: state.tokens.refresh(&state.did, &jti, iat, exp),
+        handle: a.handle,
+        did: a.did,
+        did_doc: Some(a.did_doc),
+        email: None,
+        email_confirmed: None,
+        email_auth_factor: None,
+        active: Some(true),
+        status: None,
+        extra: Default::default(),
+    })
+    .into_response())
 }
 
-/// A new pair for the session output.
-struct Tokens {
-    access: String,
-    refresh: String,
+/// What every session answer says of the account.
+struct Account {
+    handle: Handle,
+    did: Did,
+    did_doc: Data,
 }
 
-fn session_output(state: &AppState, tokens: Option<Tokens>) -> Response {
-    let mut out = json!({
-        "did": state.did,
-        "handle": state.handle,
-        "didDoc": state.did_doc,
-        "active": true,
-    });
-    if let Some(tokens) = tokens {
-        out["accessJwt"] = tokens.access.into();
-        out["refreshJwt"] = tokens.refresh.into();
+impl Account {
+    fn of(state: &AppState) -> Result<Account, XrpcError> {
+        Ok(Account {
+            handle: our_handle(state)?,
+            did: our_did(state)?,
+            did_doc: data("DID document", &state.did_doc)?,
+        })
     }
-    Json(out).into_response()
 }
 
 /// The refresh token of the request and its id; `allow_expired` for
@@ -162,13 +182,23 @@ pub async fn refresh_session(state: &Arc<AppState>, req: Request) -> Result<Resp
             return Err(XrpcError::named("ExpiredToken", "Token has been revoked"));
         }
     };
-    let tokens = Tokens {
-        access: state.tokens.access(&state.did, now()),
-        refresh: state
+    let a = Account::of(state)?;
+    Ok(Json(RefreshSessionOutput {
+        access_jwt: state.tokens.access(&state.did, now()),
+        refresh_jwt: state
             .tokens
             .refresh(&state.did, &next.jti, next.iat, next.exp),
-    };
-    Ok(session_output(state, Some(tokens)))
+        handle: a.handle,
+        did: a.did,
+        did_doc: Some(a.did_doc),
+        email: None,
+        email_confirmed: None,
+        email_auth_factor: None,
+        active: Some(true),
+        status: None,
+        extra: Default::default(),
+    })
+    .into_response())
 }
 
 /// Revokes the request's refresh token (expired ones too). Like the
@@ -186,7 +216,19 @@ pub async fn delete_session(state: &Arc<AppState>, req: Request) -> Result<Respo
 
 pub async fn get_session(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     require_access(state, &req)?;
-    Ok(session_output(state, None))
+    let a = Account::of(state)?;
+    Ok(Json(GetSessionOutput {
+        handle: a.handle,
+        did: a.did,
+        did_doc: Some(a.did_doc),
+        email: None,
+        email_confirmed: None,
+        email_auth_factor: None,
+        active: Some(true),
+        status: None,
+        extra: Default::default(),
+    })
+    .into_response())
 }
 
 /// Checks the request's access token; every write calls this first.
@@ -219,5 +261,9 @@ pub async fn resolve_handle(state: &Arc<AppState>, req: Request) -> Result<Respo
             "Unable to resolve handle",
         ));
     }
-    Ok(Json(json!({"did": state.did})).into_response())
+    Ok(Json(ResolveHandleOutput {
+        did: our_did(state)?,
+        extra: Default::default(),
+    })
+    .into_response())
 }

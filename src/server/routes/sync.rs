@@ -8,8 +8,8 @@ use std::sync::Arc;
 use axum::Json;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
 
+use super::{cid_string, our_did, rev};
 use crate::atproto::com::atproto::sync;
 use crate::model::parse_cid;
 use crate::repo::blocks::BlockSource;
@@ -131,34 +131,49 @@ pub async fn get_latest_commit(state: &Arc<AppState>, req: Request) -> Result<Re
     // Only checked: the DID is all they hold.
     let _: sync::get_latest_commit::GetLatestCommitParams = req.params()?;
     let head = state.with_core(|core| Ok(core.repo().head())).await?;
-    Ok(Json(json!({"cid": head.commit.to_string(), "rev": head.rev.to_string()})).into_response())
+    Ok(Json(sync::get_latest_commit::GetLatestCommitOutput {
+        cid: cid_string(&head.commit)?,
+        rev: rev(&head.rev)?,
+        extra: Default::default(),
+    })
+    .into_response())
 }
 
 pub async fn get_repo_status(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     own_did(state, &req)?;
     let _: sync::get_repo_status::GetRepoStatusParams = req.params()?;
     let head = state.with_core(|core| Ok(core.repo().head())).await?;
-    Ok(
-        Json(json!({"did": state.did, "active": true, "rev": head.rev.to_string()}))
-            .into_response(),
-    )
+    Ok(Json(sync::get_repo_status::GetRepoStatusOutput {
+        did: our_did(state)?,
+        active: true,
+        status: None,
+        rev: Some(rev(&head.rev)?),
+        extra: Default::default(),
+    })
+    .into_response())
 }
 
 pub async fn list_repos(state: &Arc<AppState>, req: Request) -> Result<Response, XrpcError> {
     let params: sync::list_repos::ListReposParams = req.params()?;
     // One account: a cursor means the client has seen it already.
-    if params.cursor.is_some() {
-        return Ok(Json(json!({"repos": []})).into_response());
-    }
-    let head = state.with_core(|core| Ok(core.repo().head())).await?;
-    Ok(Json(json!({
-        "repos": [{
-            "did": state.did,
-            "head": head.commit.to_string(),
-            "rev": head.rev.to_string(),
-            "active": true,
+    let repos = if params.cursor.is_some() {
+        Vec::new()
+    } else {
+        let head = state.with_core(|core| Ok(core.repo().head())).await?;
+        vec![sync::list_repos::Repo {
+            did: our_did(state)?,
+            head: cid_string(&head.commit)?,
+            rev: rev(&head.rev)?,
+            active: Some(true),
+            status: None,
+            extra: Default::default(),
         }]
-    }))
+    };
+    Ok(Json(sync::list_repos::ListReposOutput {
+        cursor: None,
+        repos,
+        extra: Default::default(),
+    })
     .into_response())
 }
 
