@@ -231,6 +231,26 @@ impl Batch {
 /// The key/value pairs of a scan, in key order.
 pub type Scan<'a> = Box<dyn Iterator<Item = Result<(Vec<u8>, Vec<u8>), EngineError>> + 'a>;
 
+/// Point reads for a bounded run of them (an export, a check): an engine
+/// that can serves them all from one read transaction, so each read is
+/// only its lookup, and they all see the store as it was when the reader
+/// was made. Hold one no longer than that run: a live read transaction
+/// keeps the pages it sees from being reused.
+pub trait Reader {
+    /// The value of `key` in `table`.
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError>;
+}
+
+/// A [`Reader`] that reads through [`Engine::get`]: every read on its
+/// own, as engines with nothing better do.
+pub struct Direct<'a, E: ?Sized>(pub &'a E);
+
+impl<E: Engine + ?Sized> Reader for Direct<'_, E> {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        self.0.get(table, key)
+    }
+}
+
 /// An ordered key-value store with atomic, durable batches.
 ///
 /// Implementations must be safe to share between threads; a repository
@@ -263,6 +283,11 @@ pub trait Engine: Send + Sync {
         let _ = table;
         self.write(batch)
     }
+
+    /// A [`Reader`] for a bounded run of point reads.
+    fn reader(&self) -> Result<Box<dyn Reader + '_>, EngineError> {
+        Ok(Box::new(Direct(self)))
+    }
 }
 
 impl<E: Engine + ?Sized> Engine for Box<E> {
@@ -284,6 +309,9 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     fn repack(&self, table: Table, batch: Batch) -> Result<(), EngineError> {
         (**self).repack(table, batch)
     }
+    fn reader(&self) -> Result<Box<dyn Reader + '_>, EngineError> {
+        (**self).reader()
+    }
 }
 
 impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
@@ -304,6 +332,9 @@ impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
     }
     fn repack(&self, table: Table, batch: Batch) -> Result<(), EngineError> {
         (**self).repack(table, batch)
+    }
+    fn reader(&self) -> Result<Box<dyn Reader + '_>, EngineError> {
+        (**self).reader()
     }
 }
 
@@ -370,6 +401,18 @@ mod tests {
             Some(b"last".to_vec())
         );
         engine.write(Batch::new()).unwrap();
+
+        let reader = engine.reader().unwrap();
+        assert_eq!(
+            reader.get(Table::Blocks, b"b").unwrap(),
+            Some(b"last".to_vec())
+        );
+        assert_eq!(reader.get(Table::Blocks, b"a").unwrap(), None);
+        assert_eq!(
+            reader.get(Table::Refs, b"a").unwrap(),
+            Some(b"other table".to_vec())
+        );
+        drop(reader);
 
         // A repack keeps every row of its table (and of the others) and
         // applies its batch with it.

@@ -37,7 +37,7 @@ use ::redb::{
 };
 
 use super::lock::{lock_wait, retry_while_locked};
-use super::{Batch, Engine, EngineError, Op, Scan, Table};
+use super::{Batch, Engine, EngineError, Op, Reader, Scan, Table};
 
 /// The database file inside the store folder.
 pub const REDB_FILE: &str = "store.redb";
@@ -267,6 +267,31 @@ impl RedbEngine {
     }
 }
 
+/// One read transaction, its tables opened as they are first read.
+struct RedbReader {
+    txn: ::redb::ReadTransaction,
+    tables: std::cell::RefCell<[Option<ReadOnly>; Table::ALL.len()]>,
+}
+
+type ReadOnly = ::redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
+
+impl Reader for RedbReader {
+    fn get(&self, table: Table, key: &[u8]) -> Result<Option<Vec<u8>>, EngineError> {
+        let mut tables = self.tables.borrow_mut();
+        let slot = &mut tables[table as usize];
+        if slot.is_none() {
+            *slot = Some(
+                self.txn
+                    .open_table(def(table))
+                    .map_err(EngineError::engine)?,
+            );
+        }
+        let handle = slot.as_ref().expect("opened above");
+        let value = handle.get(key).map_err(EngineError::engine)?;
+        Ok(value.map(|v| v.value().to_vec()))
+    }
+}
+
 /// The name a table is rebuilt under before it takes the old one's.
 const REPACK_TABLE: Def = TableDefinition::new("gelstore.repack");
 
@@ -409,6 +434,14 @@ impl Engine for RedbEngine {
 
     fn repack(&self, table: Table, batch: Batch) -> Result<(), EngineError> {
         self.commit(Some(table), batch)
+    }
+
+    fn reader(&self) -> Result<Box<dyn Reader + '_>, EngineError> {
+        let txn = self.db().begin_read().map_err(EngineError::engine)?;
+        Ok(Box::new(RedbReader {
+            txn,
+            tables: Default::default(),
+        }))
     }
 
     fn size_on_disk(&self) -> Result<u64, EngineError> {

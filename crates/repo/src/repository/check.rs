@@ -64,7 +64,8 @@ impl Repository {
         // Commit, signature, every node (the MST loader's checks), every
         // repo path and every record block.
         let options = VerifyOptions::new(signature).expect_did(&self.did);
-        let verified = verify_repo(&self.blocks, self.head.commit, &options)
+        let blocks = self.reader_blocks()?;
+        let verified = verify_repo(&blocks, self.head.commit, &options)
             .map_err(|e| RepoError::Corrupt(e.to_string()))?;
         let entries = verified.records;
         let rebuilt = Mst::from_entries(MemoryBlocks::new(), entries.iter().cloned())?;
@@ -88,7 +89,7 @@ impl Repository {
         let mut expected: HashMap<Cid, u64> = HashMap::new();
         expected.insert(self.head.commit, 1);
         let mut nodes = 0u64;
-        for visit in Mst::load(&self.blocks, self.head.data)?.walk() {
+        for visit in Mst::load(&blocks, self.head.data)?.walk() {
             match visit? {
                 Visit::Node { cid, .. } => {
                     nodes += 1;

@@ -40,8 +40,9 @@ impl Repository {
         out: W,
         since: Option<Tid>,
     ) -> Result<(W, ExportStats), RepoError> {
+        let blocks = self.reader_blocks()?;
         let Some(since) = since else {
-            let (out, stats) = export_repo(&self.blocks, self.head.commit, out)?;
+            let (out, stats) = export_repo(&blocks, self.head.commit, out)?;
             let blocks = 1 + stats.mst_nodes + stats.record_blocks;
             let bytes = stats.bytes;
             return Ok((out, ExportStats { blocks, bytes }));
@@ -50,12 +51,12 @@ impl Repository {
         let is_new = |cid: &Cid| newer.as_ref().is_none_or(|set| set.contains(cid));
 
         let mut car = CarWriter::new(out, &[self.head.commit])?;
-        let commit = self.block(&self.head.commit)?;
+        let commit = required(&blocks, &self.head.commit)?;
         car.write_block(&self.head.commit, &commit)?;
         let mut count = 1;
         let mut seen_records: HashSet<Cid> = HashSet::new();
         walk(
-            &self.blocks,
+            &blocks,
             self.head.data,
             // A node older than `since` has only older nodes and records
             // below it (any change below a node replaces the node).
@@ -68,7 +69,7 @@ impl Repository {
                     }
                     Visit::Record(cid) => {
                         if is_new(cid) && seen_records.insert(*cid) {
-                            let bytes = self.block(cid)?;
+                            let bytes = required(&blocks, cid)?;
                             car.write_block(cid, &bytes)?;
                             count += 1;
                         }
@@ -102,12 +103,12 @@ impl Repository {
         }
         Ok(out)
     }
+}
 
-    /// A block that must be in the store.
-    pub(super) fn block(&self, cid: &Cid) -> Result<Vec<u8>, RepoError> {
-        self.blocks
-            .get(cid)
-            .map_err(|e| RepoError::Corrupt(e.to_string()))?
-            .ok_or_else(|| RepoError::Corrupt(format!("block {cid} is missing")))
-    }
+/// A block that must be in the store.
+fn required(blocks: &impl BlockSource, cid: &Cid) -> Result<Vec<u8>, RepoError> {
+    blocks
+        .get(cid)
+        .map_err(|e| RepoError::Corrupt(e.to_string()))?
+        .ok_or_else(|| RepoError::Corrupt(format!("block {cid} is missing")))
 }

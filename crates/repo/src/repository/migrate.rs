@@ -65,7 +65,7 @@ fn format_1_to_2_in(engine: &dyn Engine, chunk: usize) -> Result<u64, RepoError>
                 .checked_add(1)
                 .ok_or_else(|| RepoError::Corrupt("over 2^32 blocks to migrate".into()))?;
             batch.delete(Table::Blocks, cid.to_bytes());
-            batch.put(loc.kind.table(), loc.key(), block_row(&cid, &bytes));
+            batch.put(loc.kind.table(), loc.key(), block_row(&cid, bytes));
             batch.put(Table::Refs, cid.to_bytes(), RefRow { loc, count }.encode());
             batch.delete(Table::RevLog, key);
             in_batch += 1;

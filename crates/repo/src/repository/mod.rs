@@ -92,7 +92,7 @@ use super::verify::VerifyError;
 use gelstore_crypto::SigningKey;
 use gelstore_lexicon::catalog::Catalog;
 use gelstore_model::{decode_dag_cbor, ipld_to_json};
-use gelstore_store::{Batch, Engine, EngineError, EngineKind, Table, open_store};
+use gelstore_store::{Batch, Direct, Engine, EngineError, EngineKind, Reader, Table, open_store};
 
 /// The store layout version written in `Meta[format]` (see `refs`; a
 /// format-1 store is migrated when it is opened).
@@ -390,6 +390,17 @@ pub struct RecordEntry {
 pub struct StoreBlocks(Arc<dyn Engine>);
 
 impl BlockSource for StoreBlocks {
+    fn get(&self, cid: &Cid) -> Result<Option<Vec<u8>>, StoreError> {
+        refs::read_block(&Direct(&*self.0), cid).map_err(StoreError::new)
+    }
+}
+
+/// Reads blocks as [`StoreBlocks`] does, all from one [`Reader`]: for a
+/// walk of the whole repository (an export, a check), whose reads then
+/// cost only their lookups.
+pub(crate) struct ReaderBlocks<'a>(Box<dyn Reader + 'a>);
+
+impl BlockSource for ReaderBlocks<'_> {
     fn get(&self, cid: &Cid) -> Result<Option<Vec<u8>>, StoreError> {
         refs::read_block(&*self.0, cid).map_err(StoreError::new)
     }
@@ -965,6 +976,11 @@ impl Repository {
             Ok(()) => self.nodes_written = 0,
             Err(e) => tracing::warn!("repacking the MST nodes failed (tried again later): {e}"),
         }
+    }
+
+    /// The blocks, read from one [`Reader`] (see [`ReaderBlocks`]).
+    pub(crate) fn reader_blocks(&self) -> Result<ReaderBlocks<'_>, RepoError> {
+        Ok(ReaderBlocks(self.engine.reader()?))
     }
 
     /// The decoded head commit.

@@ -33,7 +33,7 @@ use cid::Cid;
 
 use super::RepoError;
 use crate::tid::Tid;
-use gelstore_store::{Batch, Engine, EngineError, Table};
+use gelstore_store::{Batch, Engine, EngineError, Reader, Table};
 
 /// Which table a block is kept in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -151,21 +151,23 @@ impl RefRow {
     }
 }
 
-/// A `Blocks`/`Nodes` value: `0 ‖ bytes` when the CID is the one the
+/// A `Blocks`/`Nodes` value: `bytes ‖ 0` when the CID is the one the
 /// bytes give as DAG-CBOR (CIDv1, sha2-256: every block this store writes,
-/// and any a repository should hold), else `1 ‖ CID ‖ bytes`. The CID is
-/// computed again when it is needed (a `since` export, `check`), which
-/// costs less than keeping 36 bytes beside every block.
-pub(crate) fn block_row(cid: &Cid, bytes: &[u8]) -> Vec<u8> {
-    let mut row = Vec::with_capacity(1 + bytes.len());
+/// and any a repository should hold), else `bytes ‖ CID ‖ len(CID) ‖ 1`.
+/// The CID is computed again when it is needed (a `since` export,
+/// `check`), which costs less than keeping 36 bytes beside every block;
+/// the tail goes at the end so the block's own buffer becomes the row.
+pub(crate) fn block_row(cid: &Cid, mut bytes: Vec<u8>) -> Vec<u8> {
     if is_dag_cbor_sha256(cid) {
-        row.push(0);
+        bytes.push(0);
     } else {
-        row.push(1);
-        row.extend_from_slice(&cid.to_bytes());
+        let named = cid.to_bytes();
+        bytes.extend_from_slice(&named);
+        // A CID is far shorter than 255 bytes (a sha2-256 one is 36).
+        bytes.push(named.len() as u8);
+        bytes.push(1);
     }
-    row.extend_from_slice(bytes);
-    row
+    bytes
 }
 
 fn is_dag_cbor_sha256(cid: &Cid) -> bool {
@@ -181,17 +183,17 @@ fn is_dag_cbor_sha256(cid: &Cid) -> bool {
 /// and the block bytes.
 pub(crate) fn split_block_row(mut row: Vec<u8>) -> Result<(Option<Cid>, Vec<u8>), RepoError> {
     let bad = || RepoError::Corrupt("a blocks row is malformed".into());
-    let (named, header) = match row.first() {
-        Some(0) => (None, 1),
+    match row.pop() {
+        Some(0) => Ok((None, row)),
         Some(1) => {
-            let mut reader = &row[1..];
-            let cid = Cid::read_bytes(&mut reader).map_err(|_| bad())?;
-            (Some(cid), row.len() - reader.len())
+            let len = usize::from(row.pop().ok_or_else(bad)?);
+            let at = row.len().checked_sub(len).ok_or_else(bad)?;
+            let cid = Cid::try_from(&row[at..]).map_err(|_| bad())?;
+            row.truncate(at);
+            Ok((Some(cid), row))
         }
-        _ => return Err(bad()),
-    };
-    row.drain(..header);
-    Ok((named, row))
+        _ => Err(bad()),
+    }
 }
 
 /// The CID of a `Blocks`/`Nodes` value: the one it names, or the one its
@@ -203,14 +205,14 @@ pub(crate) fn row_cid(row: Vec<u8>) -> Result<Cid, RepoError> {
 
 /// The bytes of block `cid` in a format-2 store, if it is there: its
 /// `Refs` row, then the `Blocks` row it points at, which must name it.
-pub(crate) fn read_block(engine: &dyn Engine, cid: &Cid) -> Result<Option<Vec<u8>>, EngineError> {
+pub(crate) fn read_block(reader: &dyn Reader, cid: &Cid) -> Result<Option<Vec<u8>>, EngineError> {
     let key = cid.to_bytes();
-    let Some(raw) = engine.get(Table::Refs, &key)? else {
+    let Some(raw) = reader.get(Table::Refs, &key)? else {
         return Ok(None);
     };
     let corrupt = |e: RepoError| EngineError::engine(e.to_string());
     let row = RefRow::decode(cid, &raw).map_err(corrupt)?;
-    let Some(value) = engine.get(row.loc.kind.table(), &row.loc.key())? else {
+    let Some(value) = reader.get(row.loc.kind.table(), &row.loc.key())? else {
         return Err(corrupt(RepoError::Corrupt(format!(
             "block {cid} is counted but missing"
         ))));
@@ -315,11 +317,42 @@ impl Accounting {
                     if kind == Kind::Structure {
                         changes.nodes_written += 1;
                     }
-                    batch.put(kind.table(), loc.key(), block_row(&cid, &data));
+                    batch.put(kind.table(), loc.key(), block_row(&cid, data));
                     batch.put(Table::Refs, key, RefRow { loc, count: new }.encode());
                 }
             }
         }
         Ok(changes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_rows_name_their_cid_only_when_the_bytes_do_not_give_it() {
+        let bytes = gelstore_model::encode_dag_cbor(&gelstore_model::Ipld::Map(
+            [(
+                "$type".to_owned(),
+                gelstore_model::Ipld::String("a.b.c".into()),
+            )]
+            .into(),
+        ))
+        .unwrap();
+        let standard = gelstore_model::cid_for_cbor(&bytes);
+        let row = block_row(&standard, bytes.clone());
+        assert_eq!(row.len(), bytes.len() + 1);
+        assert_eq!(row_cid(row.clone()).unwrap(), standard);
+        assert_eq!(split_block_row(row).unwrap(), (None, bytes.clone()));
+        // Another codec: the CID travels with the bytes.
+        let raw = gelstore_model::cid_for_blob(&bytes);
+        let row = block_row(&raw, bytes.clone());
+        assert_eq!(row_cid(row.clone()).unwrap(), raw);
+        assert_eq!(split_block_row(row).unwrap(), (Some(raw), bytes));
+        // Malformed rows are named errors.
+        for bad in [vec![], vec![2], vec![9, 9, 1], vec![1, 200, 1]] {
+            assert!(matches!(split_block_row(bad), Err(RepoError::Corrupt(_))));
+        }
     }
 }

@@ -21,7 +21,7 @@ fn thing(n: i64) -> Value {
 
 /// The bytes of block `cid` if the store keeps it.
 fn stored(engine: &dyn Engine, cid: &Cid) -> Option<Vec<u8>> {
-    refs::read_block(engine, cid).unwrap()
+    refs::read_block(&Direct(engine), cid).unwrap()
 }
 
 fn new_repo() -> (Arc<MemoryEngine>, Repository) {
@@ -549,7 +549,11 @@ fn a_corrupt_store_is_reported() {
         n: 1_000,
     };
     let mut batch = Batch::new();
-    batch.put(Table::Blocks, loc.key(), refs::block_row(&cid, &orphan));
+    batch.put(
+        Table::Blocks,
+        loc.key(),
+        refs::block_row(&cid, orphan.clone()),
+    );
     batch.put(
         Table::Refs,
         cid.to_bytes(),
