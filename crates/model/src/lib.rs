@@ -62,6 +62,7 @@ pub use self::cid::{
 pub use self::error::{DataModelError, Result};
 pub use self::json::BASE64;
 pub use self::json::{ipld_to_json, json_to_ipld, record_from_json};
+pub use self::scan::{Scalar, Visit, walk as walk_dag_cbor};
 pub use self::time::now_datetime;
 pub use self::validate::{check_data_model, check_record};
 pub use self::write::{Checked, Sink};

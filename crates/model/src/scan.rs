@@ -60,8 +60,9 @@ pub(crate) fn decode(input: &[u8]) -> Result<Ipld> {
     })
 }
 
-/// A scalar item as read.
-pub(crate) enum Scalar<'a> {
+/// A scalar item as read by [`walk`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scalar<'a> {
     Null,
     Bool(bool),
     Integer(i128),
@@ -71,7 +72,7 @@ pub(crate) enum Scalar<'a> {
 }
 
 /// What [`walk`] reports, in input order.
-pub(crate) trait Visit<'a> {
+pub trait Visit<'a> {
     /// A scalar: a list element, a map value, or the whole input.
     fn scalar(&mut self, scalar: Scalar<'a>);
     /// A list (`map` false) or map of `len` items starts.
@@ -158,8 +159,11 @@ impl<'a> Visit<'a> for Build {
 }
 
 /// Checks that `input` is exactly one strict DAG-CBOR item, telling `visit`
-/// each item as it is read.
-pub(crate) fn walk<'a>(input: &'a [u8], visit: &mut impl Visit<'a>) -> Result<()> {
+/// each item as it is read: for a reader of one known shape (an MST node,
+/// say) that wants the checks of [`decode_dag_cbor`](crate::decode_dag_cbor)
+/// without building an [`Ipld`] tree. The errors are the same; `visit` is
+/// told items only up to the first one.
+pub fn walk<'a>(input: &'a [u8], visit: &mut impl Visit<'a>) -> Result<()> {
     let mut reader = Reader { input, pos: 0 };
     // One frame per open list/map; never longer than MAX_DEPTH.
     let mut stack: Vec<Frame> = Vec::new();

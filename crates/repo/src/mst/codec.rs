@@ -21,7 +21,9 @@ use super::error::MstError;
 use super::key::{check_key, common_prefix_len, key_height, shorten};
 use super::node::{Bounds, Leaf, Link, Node};
 use crate::blocks::BlockSource;
-use gelstore_model::{DAG_CBOR_CODEC, SHA2_256, cid_for_cbor, decode_dag_cbor};
+use gelstore_model::{
+    DAG_CBOR_CODEC, SHA2_256, Scalar, Visit, cid_for_cbor, decode_dag_cbor, walk_dag_cbor,
+};
 
 /// The CID of a node block (CIDv1, dag-cbor, sha2-256).
 pub(crate) fn cid_for_node(bytes: &[u8]) -> Cid {
@@ -155,12 +157,44 @@ pub(crate) fn decode_node(
     bounds: &Bounds,
 ) -> Result<Node, MstError> {
     let cid = *cid;
-    let value = decode_dag_cbor(&bytes).map_err(|e| MstError::BadCbor {
-        cid: Box::new(cid),
+    // A well-formed node is read straight off the bytes; anything else
+    // goes the long way, which names what is wrong with it.
+    let raw = match NodeReader::read(&bytes) {
+        Some(raw) => raw,
+        None => parse_node(&cid, &bytes)?,
+    };
+    let (height, leaves, subtrees) = check_node(&cid, raw, height, bounds)?;
+    Ok(Node::loaded(height, leaves, subtrees, cid, bytes))
+}
+
+/// A node's fields as encoded: its left subtree and its entries.
+struct RawNode<'a> {
+    left: Option<Cid>,
+    entries: Vec<RawEntry<'a>>,
+    /// The shape error of the entry after `entries`, if one is not an
+    /// entry: reported after the checks of the entries before it, as a
+    /// reader going entry by entry would.
+    bad_entry: Option<MstError>,
+}
+
+/// An entry's fields as encoded: key suffix `k`, prefix length `p`, value
+/// `v` and right subtree `t`.
+struct RawEntry<'a> {
+    suffix: std::borrow::Cow<'a, [u8]>,
+    prefix_len: u64,
+    value: Cid,
+    right: Option<Cid>,
+}
+
+/// A node's fields through the generic decoder, with a named error for
+/// every shape that is not a node's.
+fn parse_node<'a>(cid: &Cid, bytes: &[u8]) -> Result<RawNode<'a>, MstError> {
+    let value = decode_dag_cbor(bytes).map_err(|e| MstError::BadCbor {
+        cid: Box::new(*cid),
         source: Box::new(e),
     })?;
     let shape = |reason: &str| MstError::BadShape {
-        cid: Box::new(cid),
+        cid: Box::new(*cid),
         reason: reason.to_owned(),
     };
     let mut map = into_map(value, &["e", "l"]).map_err(|r| shape(&format!("node {r}")))?;
@@ -168,28 +202,71 @@ pub(crate) fn decode_node(
     let Some(Ipld::List(raw_entries)) = map.remove("e") else {
         return Err(shape("\"e\" must be an array"));
     };
-
-    let mut leaves = Vec::with_capacity(raw_entries.len());
-    let mut subtrees = Vec::with_capacity(raw_entries.len() + 1);
-    subtrees.push(left);
-    let mut previous: Vec<u8> = Vec::new();
+    let mut entries = Vec::with_capacity(raw_entries.len());
     for (index, raw) in raw_entries.into_iter().enumerate() {
-        let entry_shape = |reason: &str| shape(&format!("entry {index}: {reason}"));
-        let mut entry =
-            into_map(raw, &["k", "p", "t", "v"]).map_err(|r| entry_shape(&format!("entry {r}")))?;
-        let Some(Ipld::Bytes(suffix)) = entry.remove("k") else {
-            return Err(entry_shape("\"k\" must be a byte string"));
-        };
-        let prefix_len = match entry.remove("p") {
-            Some(Ipld::Integer(p)) if p >= 0 => u64::try_from(p).unwrap_or(u64::MAX),
-            _ => return Err(entry_shape("\"p\" must be a non-negative integer")),
-        };
-        let Some(Ipld::Link(value)) = entry.remove("v") else {
-            return Err(entry_shape("\"v\" must be a link"));
-        };
-        let right = optional_link_field(entry.remove("t"))
-            .map_err(|r| entry_shape(&format!("\"t\" {r}")))?;
+        match parse_entry(raw) {
+            Ok(entry) => entries.push(entry),
+            Err(reason) => {
+                let bad = shape(&format!("entry {index}: {reason}"));
+                return Ok(RawNode {
+                    left,
+                    entries,
+                    bad_entry: Some(bad),
+                });
+            }
+        }
+    }
+    Ok(RawNode {
+        left,
+        entries,
+        bad_entry: None,
+    })
+}
 
+/// One entry's fields, or what is wrong with their shape.
+fn parse_entry<'a>(raw: Ipld) -> Result<RawEntry<'a>, String> {
+    let mut entry = into_map(raw, &["k", "p", "t", "v"]).map_err(|r| format!("entry {r}"))?;
+    let Some(Ipld::Bytes(suffix)) = entry.remove("k") else {
+        return Err("\"k\" must be a byte string".into());
+    };
+    let prefix_len = match entry.remove("p") {
+        Some(Ipld::Integer(p)) if p >= 0 => u64::try_from(p).unwrap_or(u64::MAX),
+        _ => return Err("\"p\" must be a non-negative integer".into()),
+    };
+    let Some(Ipld::Link(value)) = entry.remove("v") else {
+        return Err("\"v\" must be a link".into());
+    };
+    let right = optional_link_field(entry.remove("t")).map_err(|r| format!("\"t\" {r}"))?;
+    Ok(RawEntry {
+        suffix: suffix.into(),
+        prefix_len,
+        value,
+        right,
+    })
+}
+
+/// The checks of a node's fields (keys, their order and layer, the
+/// subtree links): its height, leaves and subtrees.
+#[allow(clippy::type_complexity)]
+fn check_node(
+    cid: &Cid,
+    raw: RawNode<'_>,
+    height: Option<u8>,
+    bounds: &Bounds,
+) -> Result<(u8, Vec<Leaf>, Vec<Option<Link>>), MstError> {
+    let cid = *cid;
+    let mut leaves = Vec::with_capacity(raw.entries.len());
+    let mut subtrees = Vec::with_capacity(raw.entries.len() + 1);
+    subtrees.push(raw.left.map(Link::stored));
+    let mut previous: Vec<u8> = Vec::new();
+    for (index, entry) in raw.entries.into_iter().enumerate() {
+        let RawEntry {
+            suffix,
+            prefix_len,
+            value,
+            right,
+        } = entry;
+        let right = right.map(Link::stored);
         let bad_prefix = |reason| MstError::BadPrefixLength {
             cid: Box::new(cid),
             index,
@@ -242,6 +319,9 @@ pub(crate) fn decode_node(
         });
         subtrees.push(right);
     }
+    if let Some(bad) = raw.bad_entry {
+        return Err(bad);
+    }
 
     if leaves.is_empty() {
         match (height, &subtrees[0]) {
@@ -277,7 +357,113 @@ pub(crate) fn decode_node(
         }
         check_node_link(&sub.cid())?;
     }
-    Ok(Node::loaded(node_height, leaves, subtrees, cid, bytes))
+    Ok((node_height, leaves, subtrees))
+}
+
+/// Reads a well-formed node straight off its strict DAG-CBOR, or says it
+/// cannot (then [`parse_node`] says why). The encoding's map keys come
+/// sorted and unique, so a node is `{"e": [...], "l": …}` and each entry
+/// `{"k", "p", "t", "v"}`, in that order.
+#[derive(Default)]
+struct NodeReader<'a> {
+    /// Open lists and maps: 1 in the node, 2 in `e`, 3 in an entry.
+    depth: usize,
+    key: &'a str,
+    left: Option<Option<Cid>>,
+    entries: Option<Vec<RawEntry<'a>>>,
+    entry: PartialEntry<'a>,
+    failed: bool,
+}
+
+#[derive(Default)]
+struct PartialEntry<'a> {
+    suffix: Option<&'a [u8]>,
+    prefix_len: Option<u64>,
+    value: Option<Cid>,
+    right: Option<Option<Cid>>,
+}
+
+impl<'a> NodeReader<'a> {
+    fn read(bytes: &'a [u8]) -> Option<RawNode<'a>> {
+        let mut reader = NodeReader::default();
+        walk_dag_cbor(bytes, &mut reader).ok()?;
+        match reader {
+            NodeReader {
+                failed: false,
+                left: Some(left),
+                entries: Some(entries),
+                ..
+            } => Some(RawNode {
+                left,
+                entries,
+                bad_entry: None,
+            }),
+            _ => None,
+        }
+    }
+}
+
+impl<'a> Visit<'a> for NodeReader<'a> {
+    fn scalar(&mut self, scalar: Scalar<'a>) {
+        let entry = &mut self.entry;
+        match (self.depth, self.key, scalar) {
+            (1, "l", Scalar::Null) => self.left = Some(None),
+            (1, "l", Scalar::Link(cid)) => self.left = Some(Some(cid)),
+            (3, "k", Scalar::Bytes(b)) => entry.suffix = Some(b),
+            (3, "p", Scalar::Integer(p)) if p >= 0 => {
+                entry.prefix_len = Some(u64::try_from(p).unwrap_or(u64::MAX));
+            }
+            (3, "t", Scalar::Null) => entry.right = Some(None),
+            (3, "t", Scalar::Link(cid)) => entry.right = Some(Some(cid)),
+            (3, "v", Scalar::Link(cid)) => entry.value = Some(cid),
+            _ => self.failed = true,
+        }
+    }
+
+    fn open(&mut self, map: bool, _: u64) {
+        match (self.depth, map, self.key) {
+            (0, true, _) => {}
+            (1, false, "e") => self.entries = Some(Vec::new()),
+            (2, true, _) => self.entry = PartialEntry::default(),
+            _ => self.failed = true,
+        }
+        self.depth += 1;
+    }
+
+    fn key(&mut self, key: &'a str) {
+        let known = match self.depth {
+            1 => matches!(key, "e" | "l"),
+            3 => matches!(key, "k" | "p" | "t" | "v"),
+            _ => false,
+        };
+        self.failed |= !known;
+        self.key = key;
+    }
+
+    fn close(&mut self) {
+        self.depth = self.depth.saturating_sub(1);
+        if self.depth != 2 || self.failed {
+            return;
+        }
+        let entry = std::mem::take(&mut self.entry);
+        match (entry, self.entries.as_mut()) {
+            (
+                PartialEntry {
+                    suffix: Some(suffix),
+                    prefix_len: Some(prefix_len),
+                    value: Some(value),
+                    right: Some(right),
+                },
+                Some(entries),
+            ) => entries.push(RawEntry {
+                suffix: suffix.into(),
+                prefix_len,
+                value,
+                right,
+            }),
+            _ => self.failed = true,
+        }
+    }
 }
 
 /// A map with exactly the field names `fields`.
@@ -294,11 +480,11 @@ fn into_map(value: Ipld, fields: &[&str]) -> Result<BTreeMap<String, Ipld>, Stri
     Ok(map)
 }
 
-/// A field that must be a link or null; links become unloaded stored links.
-fn optional_link_field(value: Option<Ipld>) -> Result<Option<Link>, &'static str> {
+/// A field that must be a link or null.
+fn optional_link_field(value: Option<Ipld>) -> Result<Option<Cid>, &'static str> {
     match value {
         Some(Ipld::Null) => Ok(None),
-        Some(Ipld::Link(cid)) => Ok(Some(Link::stored(cid))),
+        Some(Ipld::Link(cid)) => Ok(Some(cid)),
         _ => Err("must be a link or null"),
     }
 }
@@ -676,5 +862,61 @@ mod tests {
             matches!(result, Err(MstError::DisallowedCid { .. })),
             "{result:?}"
         );
+    }
+
+    /// The fields the fast reader takes, to compare with the long way's.
+    fn fields(raw: &RawNode<'_>) -> (Option<Cid>, Vec<(Vec<u8>, u64, Cid, Option<Cid>)>) {
+        let entries = raw
+            .entries
+            .iter()
+            .map(|e| (e.suffix.to_vec(), e.prefix_len, e.value, e.right))
+            .collect();
+        (raw.left, entries)
+    }
+
+    #[test]
+    fn the_fast_reader_takes_only_what_the_long_way_takes_and_reads_it_alike() {
+        // Real nodes of a tree of a few hundred keys.
+        let keys: Vec<String> = (0..400)
+            .map(|i| format!("com.example.record/3jqfcqzm{i:05}"))
+            .collect();
+        let tree =
+            crate::mst::Mst::from_entries(MemoryBlocks::new(), keys.iter().map(|k| (k, value())))
+                .unwrap();
+        let mut nodes: Vec<(Cid, Vec<u8>)> = Vec::new();
+        tree.write_new_blocks(&mut nodes).unwrap();
+        assert!(nodes.len() > 20);
+        let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let cid = value();
+        let (mut taken, mut refused) = (0, 0);
+        for (_, bytes) in &nodes {
+            let fast = NodeReader::read(bytes).expect("a real node is read fast");
+            let slow = parse_node(&cid, bytes).unwrap();
+            assert!(slow.bad_entry.is_none());
+            assert_eq!(fields(&fast), fields(&slow));
+            // Every one-byte change: the fast reader takes a changed node
+            // only if the long way takes it, and reads the same fields.
+            for _ in 0..200 {
+                let mut changed = bytes.clone();
+                let at = (next() as usize) % changed.len();
+                changed[at] = next() as u8;
+                match NodeReader::read(&changed) {
+                    Some(fast) => {
+                        taken += 1;
+                        let slow = parse_node(&cid, &changed).expect("the long way takes it too");
+                        assert!(slow.bad_entry.is_none(), "{changed:02x?}");
+                        assert_eq!(fields(&fast), fields(&slow), "{changed:02x?}");
+                    }
+                    None => refused += 1,
+                }
+            }
+        }
+        assert!(taken > 0 && refused > 0, "{taken} taken, {refused} refused");
     }
 }
