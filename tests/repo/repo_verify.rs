@@ -606,3 +606,83 @@ fn same_record_under_two_keys_is_written_once() {
     assert_eq!(verified.repo.summary.record_count, 2);
     assert_eq!(verified.unreachable_blocks, 0);
 }
+
+/// A repo of `n` records (`com.example.record/r00000` …), the ones at the
+/// indexes in `bad` replaced by blocks that are not records (each a
+/// distinct list), signed with a fresh key; plus the path that breaks the
+/// walk if `break_at` is given (a record key over 512 characters: a valid
+/// MST key, not a valid repo path).
+fn repo_with_bad_records(n: usize, bad: &[usize], break_at: Option<usize>) -> Vec<u8> {
+    let key = signing_key(KeyAlgorithm::K256);
+    let mut entries = Vec::new();
+    let mut extra = Vec::new();
+    for i in 0..n {
+        let path = match break_at {
+            Some(b) if b == i => format!("com.example.record/r{i:05}{}", "x".repeat(600)),
+            _ => format!("com.example.record/r{i:05}"),
+        };
+        let block = if bad.contains(&i) {
+            encode_dag_cbor(&gelstore::model::Ipld::List(vec![
+                gelstore::model::Ipld::Integer(i as i128),
+            ]))
+            .unwrap()
+        } else {
+            encode_dag_cbor(&gelstore::model::Ipld::Map(
+                [
+                    (
+                        "$type".to_owned(),
+                        gelstore::model::Ipld::String("com.example.record".into()),
+                    ),
+                    ("n".to_owned(), gelstore::model::Ipld::Integer(i as i128)),
+                ]
+                .into(),
+            ))
+            .unwrap()
+        };
+        let cid = cid_for_cbor(&block);
+        entries.push((path, cid));
+        extra.push((cid, block));
+    }
+    let mut blocks = MemoryBlocks::new();
+    let mst = Mst::from_entries(MemoryBlocks::new(), entries.iter().map(|(p, c)| (p, *c))).unwrap();
+    let data = mst.write_new_blocks(&mut blocks).unwrap();
+    let commit = UnsignedCommit::new(DID, data, rev(), None)
+        .unwrap()
+        .sign(&key);
+    let mut all = vec![(commit.cid(), commit.to_cbor())];
+    all.extend(blocks.iter().map(|(c, b)| (*c, b.to_vec())));
+    all.extend(extra);
+    car_of(&[commit.cid()], &all)
+}
+
+/// Records are checked on every core; the error is still the first in key
+/// order, and a record error before a broken path wins over it.
+#[test]
+fn the_first_bad_record_in_key_order_is_the_one_reported() {
+    let skip = VerifyOptions::new(SignatureCheck::Skip);
+    let key_of = |err: VerifyError| match err {
+        VerifyError::BadRecord { key, .. } => key,
+        other => panic!("{other}"),
+    };
+    // Bad records in different runs of the parallel check (and batches).
+    let car = repo_with_bad_records(9_000, &[8_500, 6_000, 4_500, 700], None);
+    let err = verify_repo_car(&car, &skip).unwrap_err();
+    assert_eq!(key_of(err), "com.example.record/r00700");
+    let car = repo_with_bad_records(9_000, &[8_999], None);
+    let err = verify_repo_car(&car, &skip).unwrap_err();
+    assert_eq!(key_of(err), "com.example.record/r08999");
+    // A path error after a bad record: the record's error.
+    let car = repo_with_bad_records(3_000, &[1_000], Some(2_000));
+    let err = verify_repo_car(&car, &skip).unwrap_err();
+    assert_eq!(key_of(err), "com.example.record/r01000");
+    // A path error before it: the path's.
+    let car = repo_with_bad_records(3_000, &[2_500], Some(2_000));
+    let err = verify_repo_car(&car, &skip).unwrap_err();
+    assert!(matches!(err, VerifyError::InvalidPath { .. }), "{err}");
+    // All good: verified.
+    let car = repo_with_bad_records(3_000, &[], None);
+    assert_eq!(
+        verify_repo_car(&car, &skip).unwrap().repo.records.len(),
+        3_000
+    );
+}

@@ -13,6 +13,7 @@
 //! Neither trait checks that the bytes hash to the CID; readers that take
 //! untrusted blocks (the MST loader does) check it themselves.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::error::Error as StdError;
 
@@ -36,6 +37,19 @@ pub trait BlockSource {
     /// The bytes of the block with this CID, or `None` if this source does
     /// not have it.
     fn get(&self, cid: &Cid) -> Result<Option<Vec<u8>>, StoreError>;
+
+    /// Whether every block this source gives is known to hash to its CID
+    /// (a CAR reader checks each as it reads): then a verifier need not
+    /// hash it again.
+    fn hashes_checked(&self) -> bool {
+        false
+    }
+
+    /// The block as [`get`](BlockSource::get) gives it, but borrowed where
+    /// the source holds it in memory (a CAR read whole), not copied.
+    fn get_cow(&self, cid: &Cid) -> Result<Option<Cow<'_, [u8]>>, StoreError> {
+        Ok(self.get(cid)?.map(Cow::Owned))
+    }
 }
 
 /// Receives blocks.
@@ -48,6 +62,14 @@ pub trait BlockSink {
 impl<T: BlockSource + ?Sized> BlockSource for &T {
     fn get(&self, cid: &Cid) -> Result<Option<Vec<u8>>, StoreError> {
         (**self).get(cid)
+    }
+
+    fn hashes_checked(&self) -> bool {
+        (**self).hashes_checked()
+    }
+
+    fn get_cow(&self, cid: &Cid) -> Result<Option<Cow<'_, [u8]>>, StoreError> {
+        (**self).get_cow(cid)
     }
 }
 

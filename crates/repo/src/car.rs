@@ -269,6 +269,18 @@ impl BlockSource for Car {
     fn get(&self, cid: &Cid) -> Result<Option<Vec<u8>>, StoreError> {
         Ok(self.blocks.get(cid).cloned())
     }
+
+    /// Every block was hashed as it was read.
+    fn hashes_checked(&self) -> bool {
+        true
+    }
+
+    fn get_cow(&self, cid: &Cid) -> Result<Option<std::borrow::Cow<'_, [u8]>>, StoreError> {
+        Ok(self
+            .blocks
+            .get(cid)
+            .map(|b| std::borrow::Cow::Borrowed(b.as_slice())))
+    }
 }
 
 /// Writes a CAR v1 to any [`Write`], one block at a time.
@@ -601,10 +613,12 @@ impl<R: Read> CarReader<R> {
         })
     }
 
-    /// Reads exactly `len` bytes, growing the buffer as data arrives (so a
-    /// large declared length with little input allocates little).
+    /// Reads exactly `len` bytes. The buffer starts at the size of most
+    /// blocks and grows as data arrives past it (so a large declared length
+    /// with little input allocates little).
     fn read_bytes(&mut self, len: usize, what: &'static str) -> Result<Vec<u8>, CarError> {
-        let mut buf = Vec::new();
+        const FIRST: usize = 64 * 1024;
+        let mut buf = Vec::with_capacity(len.min(FIRST));
         let got = (&mut self.reader).take(len as u64).read_to_end(&mut buf)?;
         self.offset += got as u64;
         if got < len {

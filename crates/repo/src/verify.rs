@@ -28,6 +28,7 @@
 //! Blocks that the commit does not reach are allowed (the CAR spec allows
 //! them) and counted in [`VerifiedCar::unreachable_blocks`].
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::io::Read;
 
@@ -348,20 +349,48 @@ pub(crate) fn verify_with_nodes(
     let mut records = Vec::new();
     let mut nodes = Vec::new();
     let mut checked = HashSet::new();
+    // Record blocks are checked in batches on every core, each batch once
+    // the walk has passed it; an error of the walk is reported only if no
+    // record before it fails.
+    let mut to_check: Vec<(usize, Cow<'_, [u8]>)> = Vec::new();
+    let mut walked = Ok(());
     for visit in mst.walk() {
-        match visit? {
+        let visit = match visit {
+            Ok(visit) => visit,
+            Err(e) => {
+                walked = Err(VerifyError::from(e));
+                break;
+            }
+        };
+        match visit {
             Visit::Node { cid, .. } => nodes.push(cid),
             Visit::Leaf { key, value } => {
-                check_repo_path(&key)?;
+                if let Err(e) = check_repo_path(&key) {
+                    walked = Err(e);
+                    break;
+                }
                 if checked.insert(value) {
-                    match blocks.get(&value)? {
-                        Some(bytes) => check_record_block(&key, &value, &bytes)?,
-                        None if opts.known_records.is_some_and(|k| k.contains(&value)) => {}
-                        None => {
-                            return Err(VerifyError::MissingRecord {
+                    match blocks.get_cow(&value) {
+                        Ok(Some(bytes)) => {
+                            to_check.push((records.len(), bytes));
+                            if to_check.len() == CHECK_BATCH {
+                                records.push((key, value));
+                                check_record_blocks(&records, &to_check, blocks.hashes_checked())?;
+                                to_check.clear();
+                                continue;
+                            }
+                        }
+                        Ok(None) if opts.known_records.is_some_and(|k| k.contains(&value)) => {}
+                        Ok(None) => {
+                            walked = Err(VerifyError::MissingRecord {
                                 key: shorten(&key),
                                 cid: Box::new(value),
                             });
+                            break;
+                        }
+                        Err(e) => {
+                            walked = Err(e.into());
+                            break;
                         }
                     }
                 }
@@ -369,6 +398,8 @@ pub(crate) fn verify_with_nodes(
             }
         }
     }
+    check_record_blocks(&records, &to_check, blocks.hashes_checked())?;
+    walked?;
     let summary = RepoSummary {
         did: commit.did().to_owned(),
         rev: commit.rev(),
@@ -456,8 +487,61 @@ pub fn check_repo_path(key: &str) -> Result<(), VerifyError> {
     Ok(())
 }
 
+/// Record blocks held for checking at a time.
+const CHECK_BATCH: usize = 4096;
+
+/// Checks the record blocks `to_check` (each the index of its record in
+/// `records`, and its bytes) on every core, in contiguous runs, and gives
+/// the error of the first one in `records` order that fails.
+fn check_record_blocks(
+    records: &[(String, Cid)],
+    to_check: &[(usize, Cow<'_, [u8]>)],
+    hashes_checked: bool,
+) -> Result<(), VerifyError> {
+    let check = |run: &[(usize, Cow<'_, [u8]>)]| {
+        run.iter().find_map(|(index, bytes)| {
+            let (key, cid) = &records[*index];
+            check_record_bytes(key, cid, bytes, hashes_checked)
+                .err()
+                .map(|e| (*index, e))
+        })
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // Below a few hundred records a thread costs more than it saves.
+    if threads < 2 || to_check.len() < 512 {
+        return check(to_check).map_or(Ok(()), |(_, e)| Err(e));
+    }
+    let run = to_check.len().div_ceil(threads);
+    let first_failure = std::thread::scope(|scope| {
+        let workers: Vec<_> = to_check
+            .chunks(run)
+            .map(|chunk| scope.spawn(move || check(chunk)))
+            .collect();
+        workers
+            .into_iter()
+            .filter_map(|worker| {
+                worker
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .min_by_key(|(index, _)| *index)
+    });
+    first_failure.map_or(Ok(()), |(_, e)| Err(e))
+}
+
 /// Checks a record block found under `cid` for `key` (step 8).
 pub(crate) fn check_record_block(key: &str, cid: &Cid, bytes: &[u8]) -> Result<(), VerifyError> {
+    check_record_bytes(key, cid, bytes, false)
+}
+
+/// [`check_record_block`]; with `hashes_checked`, `bytes` are known to hash
+/// to `cid` (read from a CAR, which checks each block).
+fn check_record_bytes(
+    key: &str,
+    cid: &Cid,
+    bytes: &[u8],
+    hashes_checked: bool,
+) -> Result<(), VerifyError> {
     if cid.codec() != DAG_CBOR_CODEC {
         return Err(VerifyError::RecordCodec {
             key: shorten(key),
@@ -465,7 +549,7 @@ pub(crate) fn check_record_block(key: &str, cid: &Cid, bytes: &[u8]) -> Result<(
             codec: cid.codec(),
         });
     }
-    if cid_for_cbor(bytes) != *cid {
+    if !hashes_checked && cid_for_cbor(bytes) != *cid {
         return Err(VerifyError::RecordCidMismatch {
             key: shorten(key),
             cid: Box::new(*cid),
