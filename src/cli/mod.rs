@@ -2,6 +2,7 @@
 //! group lives in its own module; they share the report printer in `report`.
 
 mod assistant;
+mod background_file;
 mod chat;
 mod device;
 mod git_base;

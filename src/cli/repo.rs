@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
+use super::background_file::BackgroundFile;
 use super::{Failure, Format, Outcome, finish, say};
 use crate::crypto::PublicKey;
 use crate::local_repo;
@@ -405,11 +406,13 @@ fn export(data: &Path, args: ExportArgs) -> Result<()> {
         let tmp = temp_path(&args.out);
         let file =
             File::create(&tmp).map_err(|e| Failure::env(format!("{}: {e}", tmp.display())))?;
-        let result = repo.export(BufWriter::new(file), since);
+        let out = BackgroundFile::new(file)
+            .map_err(|e| Failure::env(format!("{}: {e}", tmp.display())))?;
+        let result = repo.export(out, since);
         let finish = result.map_err(Failure::from).and_then(|(out, stats)| {
             let file = out
-                .into_inner()
-                .map_err(|e| Failure::env(format!("{}: {}", tmp.display(), e.error())))?;
+                .finish()
+                .map_err(|e| Failure::env(format!("{}: {e}", tmp.display())))?;
             file.sync_all()
                 .map_err(|e| Failure::env(format!("{}: {e}", tmp.display())))?;
             fs::rename(&tmp, &args.out)
