@@ -7,13 +7,14 @@
 //! stored, all in one batch, with their reference counts and the commit's
 //! rev as their creation rev.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
 use cid::Cid;
 
-use super::refs::{Accounting, Kind};
+use super::refs::{Kind, fresh_rows};
 use super::{
     FORMAT, META_DID, META_FORMAT, META_HEAD, META_RECORDS, RepoError, Repository, is_initialized,
     store_path, with_path,
@@ -183,30 +184,33 @@ impl Repository {
             }
         }
 
-        // Count every reachable block: the commit, every node (verification
-        // walked them), and each record once per key holding it.
-        let mut acc = Accounting::new();
-        let reachable: Vec<(Cid, Kind)> = std::iter::once(root)
-            .chain(nodes)
-            .map(|cid| (cid, Kind::Structure))
-            .chain(repo.records.iter().map(|(_, value)| (*value, Kind::Record)))
-            .collect();
-        for (cid, _) in &reachable {
-            acc.add(*cid, 1);
-        }
+        // Every reachable block once: the commit, every node (verification
+        // walked them) and every record, counted once per reference (a
+        // record under two keys, or a block that is both a node and a
+        // record, is kept once with its count).
+        let reachable = std::iter::once((root, Kind::Structure))
+            .chain(nodes.into_iter().map(|cid| (cid, Kind::Structure)))
+            .chain(repo.records.iter().map(|(_, cid)| (*cid, Kind::Record)));
+        let mut blocks: Vec<(Cid, Kind, u32, Vec<u8>)> = Vec::with_capacity(car.blocks.len());
+        let mut at: HashMap<Cid, usize> = HashMap::with_capacity(car.blocks.len());
         let total_blocks = car.blocks.len();
-        let mut stored = 0;
-        for (cid, kind) in &reachable {
-            if let Some(bytes) = car.blocks.remove(cid) {
-                acc.provide(*cid, *kind, bytes);
-                stored += 1;
+        for (cid, kind) in reachable {
+            if let Some(&i) = at.get(&cid) {
+                blocks[i].2 += 1;
+                continue;
             }
+            let bytes = car.blocks.remove(&cid).ok_or_else(|| {
+                RepoError::Corrupt(format!("verified block {cid} is not in the CAR"))
+            })?;
+            at.insert(cid, blocks.len());
+            blocks.push((cid, kind, 1, bytes));
         }
+        let stored = blocks.len();
         drop(car);
 
         // The store is empty, or `batch` empties it first: no block is
         // stored yet.
-        acc.finish(None, commit.rev(), &mut batch)?;
+        fresh_rows(commit.rev(), blocks, &mut batch)?;
         let records = repo.records.len() as u64;
         batch.put(Table::Meta, META_FORMAT, FORMAT);
         batch.put(Table::Meta, META_DID, did.as_bytes());

@@ -563,7 +563,7 @@ impl Repository {
             event_blocks,
         )?;
         acc.provide(commit_cid, Kind::Structure, commit_bytes);
-        acc.finish(Some(&*engine), rev, &mut batch)?;
+        acc.finish(&*engine, rev, &mut batch)?;
         batch.put(Table::Meta, META_FORMAT, FORMAT);
         batch.put(Table::Meta, META_DID, did.as_bytes());
         if key_did != did {
@@ -934,7 +934,7 @@ impl Repository {
             event_blocks,
         )?;
         acc.provide(commit_cid, Kind::Structure, commit_bytes);
-        let blocks = acc.finish(Some(&*self.engine), rev, &mut batch)?;
+        let blocks = acc.finish(&*self.engine, rev, &mut batch)?;
         let nodes_written = self.nodes_written + blocks.nodes_written as u64;
         batch.put(Table::Meta, META_HEAD, commit_cid.to_bytes());
         batch.put(Table::Meta, META_RECORDS, records.to_be_bytes());

@@ -226,6 +226,34 @@ pub(crate) fn read_block(reader: &dyn Reader, cid: &Cid) -> Result<Option<Vec<u8
     Ok(Some(bytes))
 }
 
+/// The rows of blocks stored in a store that holds none yet (an import),
+/// all created by commit `rev`: each block with its kind, its count and
+/// its bytes, in the order they get their places. No lookups and no
+/// maps: the counts are known, and the `Refs` rows go in sorted, so every
+/// table is written front to back.
+pub(crate) fn fresh_rows(
+    rev: Tid,
+    blocks: Vec<(Cid, Kind, u32, Vec<u8>)>,
+    batch: &mut Batch,
+) -> Result<BlockChanges, RepoError> {
+    let mut changes = BlockChanges::default();
+    let mut refs = Vec::with_capacity(blocks.len());
+    for (n, (cid, kind, count, bytes)) in blocks.into_iter().enumerate() {
+        let n = u32::try_from(n)
+            .map_err(|_| RepoError::Corrupt("over 2^32 blocks in one commit".into()))?;
+        let loc = Loc { kind, rev, n };
+        changes.written += 1;
+        changes.written_bytes += bytes.len();
+        batch.put(kind.table(), loc.key(), block_row(&cid, bytes));
+        refs.push((cid.to_bytes(), RefRow { loc, count }));
+    }
+    refs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    for (key, row) in refs {
+        batch.put(Table::Refs, key, row.encode());
+    }
+    Ok(changes)
+}
+
 /// Collects count changes for one commit and turns them into table rows.
 #[derive(Default)]
 pub(crate) struct Accounting {
@@ -263,11 +291,10 @@ impl Accounting {
     }
 
     /// Adds to `batch` the rows that apply the counted changes, as commit
-    /// `rev`. `engine` is `None` for a store known to hold no block (an
-    /// import), which saves a lookup per block.
+    /// `rev`, reading the current counts from `engine`.
     pub fn finish(
         self,
-        engine: Option<&dyn Engine>,
+        engine: &dyn Engine,
         rev: Tid,
         batch: &mut Batch,
     ) -> Result<BlockChanges, RepoError> {
@@ -279,11 +306,7 @@ impl Accounting {
                 continue;
             }
             let key = cid.to_bytes();
-            let stored = match engine {
-                Some(engine) => engine.get(Table::Refs, &key)?,
-                None => None,
-            };
-            let row = match stored {
+            let row = match engine.get(Table::Refs, &key)? {
                 Some(raw) => Some(RefRow::decode(&cid, &raw)?),
                 None => None,
             };
