@@ -24,6 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
+use std::sync::mpsc::sync_channel;
 
 use cid::Cid;
 use cid::multihash::Multihash;
@@ -227,9 +228,59 @@ impl Car {
         Car::collect(CarReader::from_slice(bytes, limits)?)
     }
 
-    /// Reads a CAR from a stream of untrusted bytes, to its end.
+    /// Reads a CAR from a stream of untrusted bytes, to its end. Blocks are
+    /// hashed and filed on a second thread while the next ones are read;
+    /// the error is the one a reader going block by block meets first.
     pub fn from_reader<R: Read>(reader: R, limits: CarLimits) -> Result<Car, CarError> {
-        Car::collect(CarReader::with_limits(reader, limits)?)
+        let mut reader = CarReader::with_limits(reader, limits)?;
+        let (sender, receiver) = sync_channel::<Vec<Section>>(FILING_QUEUE);
+        let (read, filed) = std::thread::scope(|scope| {
+            let filer = scope.spawn(move || -> Result<BTreeMap<Cid, Vec<u8>>, CarError> {
+                let mut blocks = BTreeMap::new();
+                for run in receiver {
+                    for (start, cid, data) in run {
+                        check_hash(start, &cid, &data)?;
+                        blocks.insert(cid, data);
+                    }
+                }
+                Ok(blocks)
+            });
+            let read = (|| -> Result<(), CarError> {
+                let mut run = Vec::with_capacity(FILING_RUN);
+                let result = loop {
+                    match reader.read_unhashed() {
+                        Ok(Some(section)) => run.push(section),
+                        Ok(None) => break Ok(()),
+                        Err(e) => break Err(e),
+                    }
+                    if run.len() == FILING_RUN {
+                        let full = std::mem::replace(&mut run, Vec::with_capacity(FILING_RUN));
+                        if sender.send(full).is_err() {
+                            // The filer stopped at a bad hash: its error comes first.
+                            return Ok(());
+                        }
+                    }
+                };
+                // The blocks read before an error are checked too: a bad
+                // hash among them is the earlier error. (A failed send
+                // means the filer already has one.)
+                let _ = sender.send(run);
+                result
+            })();
+            drop(sender);
+            let filed = filer
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (read, filed)
+        });
+        // Every block the filer saw came before the one the reader failed
+        // at, so its error (a bad hash) is the earlier one.
+        let blocks: BTreeMap<Cid, Vec<u8>> = filed?;
+        read?;
+        Ok(Car {
+            roots: reader.roots,
+            blocks,
+        })
     }
 
     fn collect<R: Read>(mut reader: CarReader<R>) -> Result<Car, CarError> {
@@ -281,6 +332,24 @@ impl BlockSource for Car {
             .get(cid)
             .map(|b| std::borrow::Cow::Borrowed(b.as_slice())))
     }
+}
+
+/// A section as read: its start offset, its CID and its block.
+type Section = (u64, Cid, Vec<u8>);
+
+/// Sections handed to the filing thread at a time, and runs in flight.
+const FILING_RUN: usize = 64;
+const FILING_QUEUE: usize = 16;
+
+/// Fails unless `block` (the section at `start`) hashes to `cid`.
+fn check_hash(start: u64, cid: &Cid, block: &[u8]) -> Result<(), CarError> {
+    if Sha256::digest(block).as_slice() != cid.hash().digest() {
+        return Err(CarError::HashMismatch {
+            offset: start,
+            cid: Box::new(*cid),
+        });
+    }
+    Ok(())
 }
 
 /// Writes a CAR v1 to any [`Write`], one block at a time.
@@ -513,6 +582,28 @@ impl<R: Read> CarReader<R> {
     }
 
     fn read_section(&mut self) -> Result<Option<(Cid, Vec<u8>)>, CarError> {
+        let Some((start, cid, block)) = self.read_unhashed_section()? else {
+            return Ok(None);
+        };
+        check_hash(start, &cid, &block)?;
+        Ok(Some((cid, block)))
+    }
+
+    /// The next section, checked but for its hash (see
+    /// [`Car::from_reader`]); ends the reader as `next_block` does.
+    fn read_unhashed(&mut self) -> Result<Option<Section>, CarError> {
+        if self.done {
+            return Ok(None);
+        }
+        let result = self.read_unhashed_section();
+        if !matches!(result, Ok(Some(_))) {
+            self.done = true;
+        }
+        result
+    }
+
+    /// A section's start offset, CID and block, all checked but the hash.
+    fn read_unhashed_section(&mut self) -> Result<Option<Section>, CarError> {
         let start = self.offset;
         let Some(len) = self.read_varint("section length")? else {
             return Ok(None);
@@ -551,15 +642,9 @@ impl<R: Read> CarReader<R> {
                 max: self.limits.max_block_size as u64,
             });
         }
-        if Sha256::digest(&section[cid_len..]).as_slice() != cid.hash().digest() {
-            return Err(CarError::HashMismatch {
-                offset: start,
-                cid: Box::new(cid),
-            });
-        }
         // Keep the block in the section's buffer (no second allocation).
         section.drain(..cid_len);
-        Ok(Some((cid, section)))
+        Ok(Some((start, cid, section)))
     }
 
     /// Fails if `more` bytes past the current offset would exceed the limit.
@@ -723,5 +808,73 @@ mod tests {
         assert!(slice_varint(&[0xff; 9]).is_err());
         assert!(slice_varint(&[0xff; 3]).is_err());
         assert!(slice_varint(&[]).is_err());
+    }
+
+    /// A stream reader that gives a few bytes per read, as a socket may.
+    struct Trickle<'a>(&'a [u8]);
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.0.len()).min(7);
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    /// The verdict of reading block by block on one thread.
+    fn one_by_one(bytes: &[u8]) -> Result<BTreeMap<Cid, Vec<u8>>, String> {
+        let mut reader = CarReader::new(Trickle(bytes)).map_err(|e| e.to_string())?;
+        let mut blocks = BTreeMap::new();
+        while let Some((cid, data)) = reader.next_block().map_err(|e| e.to_string())? {
+            blocks.insert(cid, data);
+        }
+        Ok(blocks)
+    }
+
+    #[test]
+    fn the_hashing_thread_gives_the_verdict_of_reading_block_by_block() {
+        let blocks: Vec<(Cid, Vec<u8>)> = (0..300u32)
+            .map(|i| {
+                let block = gelstore_model::encode_dag_cbor(&gelstore_model::Ipld::Map(
+                    [("n".to_owned(), gelstore_model::Ipld::Integer(i.into()))].into(),
+                ))
+                .unwrap();
+                (gelstore_model::cid_for_cbor(&block), block)
+            })
+            .collect();
+        let mut writer = CarWriter::new(Vec::new(), &[blocks[0].0]).unwrap();
+        for (cid, block) in &blocks {
+            writer.write_block(cid, block).unwrap();
+        }
+        let car = writer.finish().unwrap();
+        let threaded = |bytes: &[u8]| {
+            Car::from_reader(Trickle(bytes), CarLimits::default())
+                .map(|c| c.blocks)
+                .map_err(|e| e.to_string())
+        };
+        assert_eq!(threaded(&car), one_by_one(&car));
+        assert_eq!(threaded(&car).unwrap().len(), 300);
+        // A bad hash early and the input cut short later: the bad hash.
+        let mut bad = car.clone();
+        let early = car.len() / 10;
+        bad[early] ^= 0x01;
+        bad.truncate(car.len() - 100);
+        let verdict = threaded(&bad);
+        assert_eq!(verdict, one_by_one(&bad));
+        // Every byte flipped in turn, and every cut: the same verdict.
+        let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+        for _ in 0..400 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let mut changed = car.clone();
+            let at = (rng as usize) % changed.len();
+            changed[at] ^= (rng >> 32) as u8 | 1;
+            if rng % 3 == 0 {
+                changed.truncate(((rng >> 16) as usize) % changed.len());
+            }
+            assert_eq!(threaded(&changed), one_by_one(&changed), "flip at {at}");
+        }
     }
 }
