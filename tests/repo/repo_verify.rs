@@ -299,9 +299,18 @@ fn missing_node_and_missing_record() {
 
 /// A repo whose MST maps `path` to `value`, with the blocks `extra`.
 fn repo_with_value(path: &str, value: Cid, extra: Vec<(Cid, Vec<u8>)>) -> Vec<u8> {
+    signed_repo_car([(path, value)], extra)
+}
+
+/// The CAR of a repo whose MST holds `entries`, signed with a fresh key,
+/// with the blocks `extra` after the commit and the nodes.
+fn signed_repo_car<K: AsRef<str>>(
+    entries: impl IntoIterator<Item = (K, Cid)>,
+    extra: Vec<(Cid, Vec<u8>)>,
+) -> Vec<u8> {
     let key = signing_key(KeyAlgorithm::K256);
     let mut blocks = MemoryBlocks::new();
-    let mst = Mst::from_entries(MemoryBlocks::new(), [(path, value)]).unwrap();
+    let mst = Mst::from_entries(MemoryBlocks::new(), entries).unwrap();
     let data = mst.write_new_blocks(&mut blocks).unwrap();
     let commit = UnsignedCommit::new(DID, data, rev(), None)
         .unwrap()
@@ -613,7 +622,6 @@ fn same_record_under_two_keys_is_written_once() {
 /// walk if `break_at` is given (a record key over 512 characters: a valid
 /// MST key, not a valid repo path).
 fn repo_with_bad_records(n: usize, bad: &[usize], break_at: Option<usize>) -> Vec<u8> {
-    let key = signing_key(KeyAlgorithm::K256);
     let mut entries = Vec::new();
     let mut extra = Vec::new();
     for i in 0..n {
@@ -643,16 +651,7 @@ fn repo_with_bad_records(n: usize, bad: &[usize], break_at: Option<usize>) -> Ve
         entries.push((path, cid));
         extra.push((cid, block));
     }
-    let mut blocks = MemoryBlocks::new();
-    let mst = Mst::from_entries(MemoryBlocks::new(), entries.iter().map(|(p, c)| (p, *c))).unwrap();
-    let data = mst.write_new_blocks(&mut blocks).unwrap();
-    let commit = UnsignedCommit::new(DID, data, rev(), None)
-        .unwrap()
-        .sign(&key);
-    let mut all = vec![(commit.cid(), commit.to_cbor())];
-    all.extend(blocks.iter().map(|(c, b)| (*c, b.to_vec())));
-    all.extend(extra);
-    car_of(&[commit.cid()], &all)
+    signed_repo_car(entries, extra)
 }
 
 /// Records are checked on every core; the error is still the first in key
