@@ -9,6 +9,7 @@ mod git_base;
 mod lex;
 mod lex_net;
 mod locate;
+mod output_file;
 mod progress;
 mod repo;
 mod report;

@@ -6,7 +6,7 @@
 //! corrupt store), with a message on stderr and nothing changed; 2 usage, or
 //! an environment failure (I/O, the store is locked by another process).
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write as _};
 use std::path::{Path, PathBuf};
 
@@ -14,6 +14,7 @@ use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
 use super::background_file::BackgroundFile;
+use super::output_file::OutputFile;
 use super::{Failure, Format, Outcome, finish, say};
 use crate::crypto::PublicKey;
 use crate::local_repo;
@@ -401,28 +402,26 @@ fn export(data: &Path, args: ExportArgs) -> Result<()> {
             .map_err(|e| Failure::env(format!("writing stdout: {e}")))?;
         stats
     } else {
-        // Written beside the target and renamed into place, so a failed
-        // export never leaves a truncated CAR under the asked name.
-        let tmp = temp_path(&args.out);
-        let file =
-            File::create(&tmp).map_err(|e| Failure::env(format!("{}: {e}", tmp.display())))?;
-        let out = BackgroundFile::new(file)
-            .map_err(|e| Failure::env(format!("{}: {e}", tmp.display())))?;
-        let result = repo.export(out, since);
-        let finish = result.map_err(Failure::from).and_then(|(out, stats)| {
-            let file = out
-                .finish()
-                .map_err(|e| Failure::env(format!("{}: {e}", tmp.display())))?;
-            file.sync_all()
-                .map_err(|e| Failure::env(format!("{}: {e}", tmp.display())))?;
-            fs::rename(&tmp, &args.out)
-                .map_err(|e| Failure::env(format!("{}: {e}", args.out.display())))?;
-            Ok(stats)
-        });
-        if finish.is_err() {
-            let _ = fs::remove_file(&tmp);
+        let (output, file) = OutputFile::create(&args.out)?;
+        let written = BackgroundFile::new(file)
+            .map_err(|e| Failure::env(format!("{}: {e}", args.out.display())))
+            .and_then(|out| Ok(repo.export(out, since)?))
+            .and_then(|(out, stats)| {
+                let file = out
+                    .finish()
+                    .map_err(|e| Failure::env(format!("{}: {e}", args.out.display())))?;
+                Ok((file, stats))
+            });
+        match written {
+            Ok((file, stats)) => {
+                output.commit(file)?;
+                stats
+            }
+            Err(e) => {
+                output.discard();
+                return Err(e);
+            }
         }
-        finish?
     };
     let head = repo.head();
     match args.format {
@@ -445,8 +444,7 @@ fn export(data: &Path, args: ExportArgs) -> Result<()> {
     Ok(())
 }
 
-/// Writes `bytes` to `out` (`-`: stdout), a file by a temporary beside it
-/// renamed into place, so a failure never leaves a truncated file.
+/// Writes `bytes` to `out` (`-`: stdout; a file as [`OutputFile`] does).
 pub(super) fn write_output(out: &Path, bytes: &[u8]) -> Result<()> {
     if out == Path::new("-") {
         let mut stdout = io::stdout().lock();
@@ -455,23 +453,14 @@ pub(super) fn write_output(out: &Path, bytes: &[u8]) -> Result<()> {
             .and_then(|()| stdout.flush())
             .map_err(|e| Failure::env(format!("writing stdout: {e}")));
     }
-    let tmp = temp_path(out);
-    let written = File::create(&tmp)
-        .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
-        .and_then(|()| fs::rename(&tmp, out));
-    if let Err(e) = written {
-        let _ = fs::remove_file(&tmp);
-        return Err(Failure::env(format!("{}: {e}", out.display())));
+    let (output, mut file) = OutputFile::create(out)?;
+    match file.write_all(bytes) {
+        Ok(()) => output.commit(file),
+        Err(e) => {
+            output.discard();
+            Err(Failure::env(format!("{}: {e}", out.display())))
+        }
     }
-    Ok(())
-}
-
-fn temp_path(target: &Path) -> PathBuf {
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "export.car".into());
-    target.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
 }
 
 fn open_input(file: &Path) -> Result<Box<dyn Read>> {

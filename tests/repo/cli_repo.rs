@@ -597,3 +597,43 @@ fn export_to_stdout_and_import_from_stdin() {
     ok(&o);
     assert_eq!(info(&b)["commit"], info(&a)["commit"]);
 }
+
+/// `--out` naming a pipe (or a device such as `/dev/null`) writes into it:
+/// the write-beside-and-rename that protects a regular file would replace
+/// the pipe with a regular file.
+#[test]
+fn export_into_a_named_pipe_writes_through_it() {
+    use std::os::unix::fs::FileTypeExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    ok(&gelstore(&a, &["repo", "init"], ""));
+    ok(&gelstore(
+        &a,
+        &["repo", "apply"],
+        &line("create", "one", Some(thing(1))),
+    ));
+    let fifo = dir.path().join("car.pipe");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success(), "mkfifo");
+    // Blocks in open until the export opens the pipe for writing.
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    ok(&gelstore(
+        &a,
+        &["repo", "export", "--out", fifo.to_str().unwrap()],
+        "",
+    ));
+    let kind = std::fs::symlink_metadata(&fifo).unwrap().file_type();
+    assert!(kind.is_fifo(), "the pipe was replaced: {kind:?}");
+    let through_pipe = reader.join().unwrap();
+    let to_stdout = gelstore(&a, &["repo", "export", "--out", "-"], "");
+    assert_eq!(through_pipe, to_stdout.stdout);
+    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .filter(|n| n.to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
