@@ -27,6 +27,9 @@ const PER_COMMIT: usize = 200;
 const CREATES: usize = 9;
 /// `repo info` runs timed for the open time (the median is printed).
 const OPENS: usize = 9;
+/// Runs of export, verify and import on each side (the median is printed):
+/// one run of each moves by a third between runs on a shared machine.
+const REPEATS: usize = 3;
 
 /// One row: what was done, gelstore's time and the reference's (ms).
 struct Row {
@@ -92,28 +95,36 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
         .expect("info's event window");
     let gel_car = work.join("gel.car");
     let car_arg = gel_car.to_str().expect("UTF-8 temp path");
-    let started = Instant::now();
-    run(
-        gelstore,
-        &store,
-        &["repo", "export", "--out", car_arg],
-        None,
-    );
-    let gel_export = ms_since(started);
-    let started = Instant::now();
-    let verified = run(
-        gelstore,
-        &store,
-        &["repo", "verify", car_arg, "--format", "json"],
-        None,
-    );
-    let gel_verify = ms_since(started);
-    let verified: Value = serde_json::from_slice(&verified).expect("verify JSON");
-    assert_eq!(verified["records"], COMMITS * PER_COMMIT, "{verified}");
-    let imported = work.join("gel-import");
-    let started = Instant::now();
-    run(gelstore, &imported, &["repo", "import", car_arg], None);
-    let gel_import = ms_since(started);
+    let gel_export = median((0..REPEATS).map(|_| {
+        let started = Instant::now();
+        run(
+            gelstore,
+            &store,
+            &["repo", "export", "--out", car_arg],
+            None,
+        );
+        ms_since(started)
+    }));
+    let gel_verify = median((0..REPEATS).map(|_| {
+        let started = Instant::now();
+        let verified = run(
+            gelstore,
+            &store,
+            &["repo", "verify", car_arg, "--format", "json"],
+            None,
+        );
+        let took = ms_since(started);
+        let verified: Value = serde_json::from_slice(&verified).expect("verify JSON");
+        assert_eq!(verified["records"], COMMITS * PER_COMMIT, "{verified}");
+        took
+    }));
+    let imported = |n: usize| work.join(format!("gel-import-{n}"));
+    let gel_import = median((0..REPEATS).map(|n| {
+        let started = Instant::now();
+        run(gelstore, &imported(n), &["repo", "import", car_arg], None);
+        ms_since(started)
+    }));
+    let imported = imported(0);
     let gel_open = median((0..OPENS).map(|_| {
         let started = Instant::now();
         run(gelstore, &store, &["repo", "info"], None);
@@ -151,6 +162,7 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
         "batches": batches_file,
         "car": ref_car,
         "big": big_car,
+        "repeats": REPEATS,
         "creates": cli_creates
             .iter()
             .map(|(key, record)| json!({"action": "create", "collection": COLL, "rkey": key, "record": record}))
@@ -189,17 +201,20 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
             reference: median(ref_creates.iter().copied()),
         },
         Row {
-            work: format!("export the {:.1} MB CAR", car_bytes as f64 / 1e6),
+            work: format!(
+                "export the {:.1} MB CAR (median of {REPEATS})",
+                car_bytes as f64 / 1e6
+            ),
             gelstore: gel_export,
             reference: field("export"),
         },
         Row {
-            work: "verify that CAR fully".into(),
+            work: format!("verify that CAR fully (median of {REPEATS})"),
             gelstore: gel_verify,
             reference: field("verify"),
         },
         Row {
-            work: "import it (verify + store)".into(),
+            work: format!("import it (verify + store, median of {REPEATS})"),
             gelstore: gel_import,
             reference: field("import"),
         },
