@@ -38,6 +38,7 @@ use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 use super::DeviceError;
+use crate::crypto::private_file::{PrivateFileError, read_private};
 use crate::seal::{DeviceKey, PairingCode, PairingRequest};
 
 /// The device key file's name inside a data folder.
@@ -152,25 +153,15 @@ impl DeviceState {
             path: path.display().to_string(),
             reason,
         };
-        let meta = match fs::metadata(&path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        let bytes = match read_private(&path, MAX_STATE_BYTES) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Ok(None),
+            Err(PrivateFileError::TooLarge { .. }) => {
+                return Err(err("too large to be a device state file".into()));
+            }
             Err(e) => return Err(err(e.to_string())),
         };
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = meta.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(err(format!(
-                    "mode {mode:03o} lets other users read or change it; run `chmod 600` on it"
-                )));
-            }
-        }
-        if meta.len() > MAX_STATE_BYTES {
-            return Err(err("too large to be a device state file".into()));
-        }
-        let text = Zeroizing::new(fs::read_to_string(&path).map_err(|e| err(e.to_string()))?);
+        let text = std::str::from_utf8(&bytes).map_err(|_| err("not UTF-8 text".into()))?;
         let StateFile {
             version,
             pairing_code,
@@ -180,7 +171,7 @@ impl DeviceState {
             held_epoch,
             membership_heads,
             reseal_pending,
-        } = serde_json::from_str(&text).map_err(|e| err(format!("not valid JSON state: {e}")))?;
+        } = serde_json::from_str(text).map_err(|e| err(format!("not valid JSON state: {e}")))?;
         let pairing_code = Zeroizing::new(pairing_code);
         if version != STATE_VERSION {
             return Err(err(format!(

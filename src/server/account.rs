@@ -13,7 +13,6 @@
 //! created. `--password` (or `GELSTORE_PASSWORD`) sets a new one at any
 //! start; `--handle` changes the handle.
 
-use std::fs;
 use std::path::Path;
 
 use argon2::{Argon2, PasswordHash, PasswordHasher as _, PasswordVerifier as _};
@@ -24,10 +23,13 @@ use serde::{Deserialize, Serialize};
 use sha2::Sha256;
 use subtle::ConstantTimeEq as _;
 
+use crate::crypto::private_file::{PrivateFileError, read_private};
 use crate::store::files::write_private;
 
 /// The account file's name in the data folder.
 pub const ACCOUNT_FILE: &str = "account.json";
+/// Longest account file read: its password hash, token key and sessions.
+const MAX_ACCOUNT_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The handle of a new account when none is given.
 pub const DEFAULT_HANDLE: &str = "gelstore.test";
@@ -186,26 +188,25 @@ impl Account {
     /// a usable token key.
     fn load(path: &Path) -> Result<Option<Account>, AccountError> {
         let shown = path.display().to_string();
-        let io = |source| AccountError::Io {
-            path: shown.clone(),
-            source,
-        };
-        let meta = match fs::metadata(path) {
-            Ok(meta) => meta,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(e)),
-        };
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = meta.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
+        let bytes = match read_private(path, MAX_ACCOUNT_BYTES) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Ok(None),
+            Err(PrivateFileError::Io(source)) => {
+                return Err(AccountError::Io {
+                    path: shown,
+                    source,
+                });
+            }
+            Err(PrivateFileError::Exposed { mode }) => {
                 return Err(AccountError::Permissions { path: shown, mode });
             }
-        }
-        #[cfg(not(unix))]
-        let _ = meta;
-        let bytes = fs::read(path).map_err(io)?;
+            Err(e @ PrivateFileError::TooLarge { .. }) => {
+                return Err(AccountError::Malformed {
+                    path: shown,
+                    reason: e.to_string(),
+                });
+            }
+        };
         let account =
             serde_json::from_slice::<Account>(&bytes).map_err(|e| AccountError::Malformed {
                 path: shown.clone(),
@@ -381,6 +382,8 @@ pub fn random_token(n: usize) -> Result<String, AccountError> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     #[test]

@@ -14,7 +14,9 @@
 //!   multicodec `secp256k1-pub` (0xe7) or `p256-pub` (0x1200).
 //!
 //! A private key is stored as its 32-byte big-endian scalar
-//! ([`SigningKey::to_bytes`], [`SigningKey::from_bytes`]).
+//! ([`SigningKey::to_bytes`], [`SigningKey::from_bytes`]); files holding
+//! secrets are read through [`private_file::read_private`], which refuses
+//! one that other users may read.
 //!
 //! ```
 //! use gelstore_crypto::{KeyAlgorithm, PublicKey, SigningKey};
@@ -28,6 +30,8 @@
 //! ```
 
 use std::fmt;
+
+pub mod private_file;
 
 use cid::multibase::{self, Base};
 use k256::ecdsa::signature::{Signer, Verifier};

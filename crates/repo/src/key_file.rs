@@ -12,6 +12,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use gelstore_crypto::private_file::{PrivateFileError, read_private};
 use gelstore_crypto::{KeyAlgorithm, KeyError, PRIVATE_KEY_LEN, SigningKey};
 
 /// Why the identity file could not be read or written.
@@ -56,6 +57,8 @@ pub enum KeyFileError {
 
 /// The key file's name inside a data folder.
 pub const KEY_FILE: &str = "signing.key";
+/// Longest key file read (a key file is one short line).
+const MAX_KEY_FILE_BYTES: u64 = 1024;
 
 /// The key file of data folder `dir`.
 pub fn key_path(dir: &Path) -> PathBuf {
@@ -84,31 +87,30 @@ pub fn create_private_dir(dir: &Path) -> Result<(), KeyFileError> {
 pub fn load_key(dir: &Path) -> Result<Option<SigningKey>, KeyFileError> {
     let path = key_path(dir);
     let shown = path.display().to_string();
-    let io = |source| KeyFileError::Io {
-        path: shown.clone(),
-        source,
-    };
-    let meta = match fs::metadata(&path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io(e)),
-    };
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let mode = meta.permissions().mode() & 0o777;
-        if mode & 0o077 != 0 {
+    let bytes = match read_private(&path, MAX_KEY_FILE_BYTES) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(None),
+        Err(PrivateFileError::Io(source)) => {
+            return Err(KeyFileError::Io {
+                path: shown,
+                source,
+            });
+        }
+        Err(PrivateFileError::Exposed { mode }) => {
             return Err(KeyFileError::Permissions { path: shown, mode });
         }
-    }
-    if meta.len() > 1024 {
-        return Err(KeyFileError::Malformed {
-            path: shown,
-            reason: "longer than 1024 bytes".into(),
-        });
-    }
-    let text = fs::read_to_string(&path).map_err(io)?;
-    parse_key(&text).map(Some).map_err(|reason| match reason {
+        Err(PrivateFileError::TooLarge { .. }) => {
+            return Err(KeyFileError::Malformed {
+                path: shown,
+                reason: format!("longer than {MAX_KEY_FILE_BYTES} bytes"),
+            });
+        }
+    };
+    let text = std::str::from_utf8(&bytes).map_err(|_| KeyFileError::Malformed {
+        path: shown.clone(),
+        reason: "not UTF-8 text".into(),
+    })?;
+    parse_key(text).map(Some).map_err(|reason| match reason {
         ParseError::Format(reason) => KeyFileError::Malformed {
             path: shown.clone(),
             reason,

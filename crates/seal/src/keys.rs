@@ -8,6 +8,7 @@
 use std::fmt;
 use std::path::Path;
 
+use gelstore_crypto::private_file::{PrivateFileError, read_private};
 use rand_core::CryptoRng;
 use x25519_dalek::{PublicKey, StaticSecret};
 use zeroize::Zeroizing;
@@ -162,6 +163,8 @@ pub struct DeviceKey(pub(crate) X25519Pair);
 
 /// First line of a device key file.
 const KEY_FILE_HEADER: &str = "gelstore device key v1 (X25519 secret, base64). Keep private.";
+/// Longest device key file read (two short lines).
+const MAX_KEY_FILE_BYTES: u64 = 4096;
 
 impl DeviceKey {
     /// A fresh device key.
@@ -235,21 +238,15 @@ impl DeviceKey {
             path: path.display().to_string(),
             reason,
         };
-        let meta = std::fs::metadata(path).map_err(|e| err(e.to_string()))?;
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::PermissionsExt;
-            let mode = meta.permissions().mode() & 0o777;
-            if mode & 0o077 != 0 {
-                return Err(err(format!(
-                    "mode {mode:03o} lets other users read or change it; run `chmod 600` on it"
-                )));
+        let bytes = match read_private(path, MAX_KEY_FILE_BYTES) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Err(err("no such file".into())),
+            Err(PrivateFileError::TooLarge { .. }) => {
+                return Err(err("too large to be a device key file".into()));
             }
-        }
-        if meta.len() > 4096 {
-            return Err(err("too large to be a device key file".into()));
-        }
-        let text = Zeroizing::new(std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?);
+            Err(e) => return Err(err(e.to_string())),
+        };
+        let text = std::str::from_utf8(&bytes).map_err(|_| err("not UTF-8 text".into()))?;
         let mut lines = text.lines();
         if lines.next() != Some(KEY_FILE_HEADER) {
             return Err(err("not a gelstore device key file (bad first line)".into()));
