@@ -2,7 +2,7 @@
 //! folder, stdin, exit codes, both output formats.
 
 use std::io::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use serde_json::{Value, json};
@@ -570,16 +570,22 @@ fn broken_cars_are_rejected_without_a_panic() {
     assert_eq!(o.status.code(), Some(2));
 }
 
-#[test]
-fn export_to_stdout_and_import_from_stdin() {
-    let dir = tempfile::tempdir().unwrap();
-    let a = dir.path().join("a");
+/// A repository in `dir/a` holding one record.
+fn one_record_repo(dir: &Path) -> PathBuf {
+    let a = dir.join("a");
     ok(&gelstore(&a, &["repo", "init"], ""));
     ok(&gelstore(
         &a,
         &["repo", "apply"],
         &line("create", "one", Some(thing(1))),
     ));
+    a
+}
+
+#[test]
+fn export_to_stdout_and_import_from_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = one_record_repo(dir.path());
     let o = gelstore(&a, &["repo", "export", "--out", "-"], "");
     assert_eq!(o.status.code(), Some(0));
     let car = o.stdout;
@@ -605,13 +611,7 @@ fn export_to_stdout_and_import_from_stdin() {
 fn export_into_a_named_pipe_writes_through_it() {
     use std::os::unix::fs::FileTypeExt as _;
     let dir = tempfile::tempdir().unwrap();
-    let a = dir.path().join("a");
-    ok(&gelstore(&a, &["repo", "init"], ""));
-    ok(&gelstore(
-        &a,
-        &["repo", "apply"],
-        &line("create", "one", Some(thing(1))),
-    ));
+    let a = one_record_repo(dir.path());
     let fifo = dir.path().join("car.pipe");
     let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
     assert!(made.success(), "mkfifo");
