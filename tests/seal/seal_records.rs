@@ -636,6 +636,56 @@ fn blob_stream_round_trips_at_chunk_edges() {
     }
 }
 
+/// Blobs of a few chunks or more are hashed beside the cipher, on a second
+/// thread: the CID is still that of the bytes, and a wrong CID is named
+/// before anything a chunk says, as for a small blob.
+#[test]
+fn large_blobs_give_the_same_cids_and_errors() {
+    let key = BlobKey::from_bytes([5; 32]);
+    for len in [
+        2 * CHUNK_SIZE,
+        3 * CHUNK_SIZE + 1,
+        4 * CHUNK_SIZE,
+        16 * CHUNK_SIZE + 3,
+    ] {
+        let plain: Vec<u8> = (0..len).map(|i| (i % 13) as u8).collect();
+        let sealed = seal_blob_with_key(&plain, key.clone()).unwrap();
+        assert_eq!(sealed.seal.cid, cid_for_blob(&sealed.bytes), "{len}");
+        assert_eq!(
+            sealed.bytes.len() as u64,
+            sealed_len(len as u64, Padding::Padme),
+            "{len}"
+        );
+        assert_eq!(
+            open_blob(&sealed.bytes, &sealed.seal).unwrap(),
+            plain,
+            "{len}"
+        );
+        let (streamed, res) = read_all(&sealed.bytes, &sealed.seal);
+        assert!(res.is_ok() && streamed == plain, "{len}: {res:?}");
+        let wrong_cid = BlobSeal {
+            cid: cid_for_blob(b"another blob"),
+            ..sealed.seal.clone()
+        };
+        let r = open_blob(&sealed.bytes, &wrong_cid);
+        assert!(
+            matches!(r, Err(SealError::BlobCidMismatch { .. })),
+            "{len}: {r:?}"
+        );
+        // A flipped byte under the record's CID: its chunk fails too, but
+        // the CID is what is named.
+        for at in [10, sealed.bytes.len() - 1] {
+            let mut bad = sealed.bytes.clone();
+            bad[at] ^= 1;
+            let r = open_blob(&bad, &sealed.seal);
+            assert!(
+                matches!(r, Err(SealError::BlobCidMismatch { .. })),
+                "{len} at {at}: {r:?}"
+            );
+        }
+    }
+}
+
 fn read_all(bytes: &[u8], seal: &BlobSeal) -> (Vec<u8>, Result<(), SealError>) {
     let mut reader = BlobReader::new(bytes, seal);
     let mut out = Vec::new();

@@ -138,53 +138,128 @@ pub fn seal_blob_with(plaintext: &[u8], key: BlobKey, padding: Padding) -> Resul
     }
     let aead = cipher(&key);
     let total = stream_len(len, padding) as usize;
-    let size = sealed_len(len, padding);
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
     let header = len.to_be_bytes();
-    // Stream byte `at`, without building the padded stream in memory.
-    let stream = |at: usize, out: &mut Vec<u8>, end: usize| {
-        let h = LEN_HEADER as usize;
-        let mut at = at;
-        if at < h {
-            out.extend_from_slice(&header[at..h.min(end)]);
-            at = h.min(end);
+    // Stream bytes `from..from + out.len()` into `out`, which is zeroed: the
+    // header, the plaintext, and padding left as it is.
+    let fill = |from: usize, out: &mut [u8]| {
+        let to = from + out.len();
+        let h = header.len();
+        if from < h {
+            let n = h.min(to) - from;
+            out[..n].copy_from_slice(&header[from..from + n]);
         }
-        let body_end = (h + plaintext.len()).min(end);
-        if at < body_end {
-            out.extend_from_slice(&plaintext[at - h..body_end - h]);
-            at = body_end;
+        let (lo, hi) = (from.max(h), to.min(h + plaintext.len()));
+        if lo < hi {
+            out[lo - from..hi - from].copy_from_slice(&plaintext[lo - h..hi - h]);
         }
-        out.resize(out.len() + (end - at), 0);
     };
+    let size = usize::try_from(sealed_len(len, padding)).map_err(|_| SealError::Oversize {
+        what: "blob",
+        size: len,
+        max: MAX_BLOB_PLAINTEXT,
+        hint: "",
+    })?;
+    let mut bytes = vec![0u8; size];
     let count = total.div_ceil(CHUNK_SIZE);
-    for i in 0..count {
-        let start = bytes.len();
-        let from = i * CHUNK_SIZE;
-        let to = (from + CHUNK_SIZE).min(total);
-        stream(from, &mut bytes, to);
-        let tag = aead
-            .encrypt_inout_detached(
-                &chunk_nonce(i as u64, i + 1 == count),
-                b"",
-                (&mut bytes[start..]).into(),
-            )
-            .map_err(|_| SealError::Oversize {
-                what: "blob chunk",
-                size: (to - from) as u64,
-                max: CHUNK_SIZE as u64,
-                hint: "",
-            })?;
-        bytes.extend_from_slice(&tag);
-    }
-    let cid = cid_for_blob(&bytes);
+    let digest = std::thread::scope(|scope| {
+        let mut hash = CiphertextHash::new(scope, count);
+        // Sealed chunks are the stream's 64 KiB pieces, each with its tag.
+        for (i, sealed) in bytes.chunks_mut(SEALED_CHUNK_SIZE).enumerate() {
+            let (body, tag_out) = sealed.split_at_mut(sealed.len() - TAG_LEN);
+            fill(i * CHUNK_SIZE, body);
+            let tag = aead
+                .encrypt_inout_detached(&chunk_nonce(i as u64, i + 1 == count), b"", body.into())
+                .map_err(|_| SealError::Oversize {
+                    what: "blob chunk",
+                    size: body.len() as u64,
+                    max: CHUNK_SIZE as u64,
+                    hint: "",
+                })?;
+            tag_out.copy_from_slice(&tag);
+            hash.update(sealed);
+        }
+        Ok(hash.finish())
+    })?;
     Ok(SealedBlob {
         seal: BlobSeal {
-            cid,
+            cid: blob_cid(&digest),
             size: bytes.len() as u64,
             key,
         },
         bytes,
     })
+}
+
+/// Blobs of at least this many chunks are hashed on a second thread while
+/// they are sealed or opened: hashing every byte of the ciphertext for the
+/// CID costs about as much as the cipher (`cargo bench --bench seal`).
+const HASH_ASIDE_CHUNKS: usize = 4;
+
+/// The SHA-256 of a ciphertext fed chunk by chunk as it is sealed: inline
+/// for a small blob, on a thread of `scope` for a large one.
+enum CiphertextHash<'scope> {
+    Inline(Sha256),
+    Aside {
+        chunks: std::sync::mpsc::Sender<&'scope [u8]>,
+        hasher: std::thread::ScopedJoinHandle<'scope, Sha256>,
+    },
+}
+
+impl<'scope> CiphertextHash<'scope> {
+    fn new<'env>(scope: &'scope std::thread::Scope<'scope, 'env>, chunks: usize) -> Self {
+        if chunks < HASH_ASIDE_CHUNKS {
+            return CiphertextHash::Inline(Sha256::new());
+        }
+        let (send, receive) = std::sync::mpsc::channel::<&'scope [u8]>();
+        let hasher = scope.spawn(move || {
+            let mut hash = Sha256::new();
+            for chunk in receive {
+                hash.update(chunk);
+            }
+            hash
+        });
+        CiphertextHash::Aside {
+            chunks: send,
+            hasher,
+        }
+    }
+
+    fn update(&mut self, chunk: &'scope [u8]) {
+        match self {
+            CiphertextHash::Inline(hash) => hash.update(chunk),
+            // Fails only if the hasher panicked, which `finish` passes on.
+            CiphertextHash::Aside { chunks, .. } => {
+                let _ = chunks.send(chunk);
+            }
+        }
+    }
+
+    fn finish(self) -> [u8; 32] {
+        let hash = match self {
+            CiphertextHash::Inline(hash) => hash,
+            CiphertextHash::Aside { chunks, hasher } => {
+                drop(chunks);
+                join(hasher)
+            }
+        };
+        hash.finalize().into()
+    }
+}
+
+/// The value of a scoped thread, its panic passed on.
+fn join<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    handle
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+/// The CID of a sealed blob whose bytes have SHA-256 `digest`.
+fn blob_cid(digest: &[u8; 32]) -> Cid {
+    Cid::new_v1(
+        gelstore_model::RAW_CODEC,
+        ::cid::multihash::Multihash::wrap(gelstore_model::SHA2_256, digest)
+            .expect("a 32-byte digest fits"),
+    )
 }
 
 /// Decrypts one sealed chunk in place (`buf` = ciphertext ‖ tag), leaving
@@ -229,22 +304,40 @@ pub fn open_blob(bytes: &[u8], seal: &BlobSeal) -> Result<Vec<u8>> {
             actual: bytes.len() as u64,
         });
     }
-    let actual = cid_for_blob(bytes);
-    if actual != seal.cid {
-        return Err(SealError::BlobCidMismatch {
-            expected: seal.cid.to_string(),
-            actual: actual.to_string(),
-        });
-    }
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut reader = BlobReader::new(bytes, seal);
-    match reader.read_to_end(&mut out) {
-        Ok(_) => Ok(out),
-        Err(e) => {
-            out.clear();
-            Err(into_seal_error(e))
+    // The CID is checked before any plaintext is trusted, so a wrong blob
+    // is named as one whatever its chunks hold. A large blob is hashed on a
+    // second thread while its chunks are opened; its plaintext is dropped
+    // if the CID is not the one expected.
+    let open = || {
+        let mut out = Vec::with_capacity(bytes.len());
+        match BlobReader::checked(bytes, seal).read_to_end(&mut out) {
+            Ok(_) => Ok(out),
+            Err(e) => {
+                out.clear();
+                Err(into_seal_error(e))
+            }
         }
+    };
+    let mismatch = |actual: Cid| SealError::BlobCidMismatch {
+        expected: seal.cid.to_string(),
+        actual: actual.to_string(),
+    };
+    if bytes.len() < HASH_ASIDE_CHUNKS * SEALED_CHUNK_SIZE {
+        let actual = cid_for_blob(bytes);
+        if actual != seal.cid {
+            return Err(mismatch(actual));
+        }
+        return open();
     }
+    let (actual, opened) = std::thread::scope(|scope| {
+        let hashing = scope.spawn(|| cid_for_blob(bytes));
+        let opened = open();
+        (join(hashing), opened)
+    });
+    if actual != seal.cid {
+        return Err(mismatch(actual));
+    }
+    opened
 }
 
 /// Turns an error from [`BlobReader`] back into the [`SealError`] it carries.
@@ -282,7 +375,9 @@ pub struct BlobReader<R> {
     aead: ChaCha20Poly1305,
     expected_cid: Cid,
     expected_size: u64,
-    hasher: Sha256,
+    /// The hash of the bytes read, checked against `expected_cid` at the
+    /// end; `None` when the caller has checked the CID.
+    hasher: Option<Sha256>,
     read: u64,
     counter: u64,
     lookahead: Option<u8>,
@@ -303,11 +398,20 @@ impl<R: Read> BlobReader<R> {
     /// A reader of the blob `seal` describes.
     pub fn new(inner: R, seal: &BlobSeal) -> BlobReader<R> {
         BlobReader {
+            hasher: Some(Sha256::new()),
+            ..BlobReader::checked(inner, seal)
+        }
+    }
+
+    /// A reader of bytes whose CID the caller has checked (or checks before
+    /// it uses the plaintext): sizes and chunks are checked, the CID is not.
+    fn checked(inner: R, seal: &BlobSeal) -> BlobReader<R> {
+        BlobReader {
             inner,
             aead: cipher(&seal.key),
             expected_cid: seal.cid,
             expected_size: seal.size,
-            hasher: Sha256::new(),
+            hasher: None,
             read: 0,
             counter: 0,
             lookahead: None,
@@ -328,18 +432,30 @@ impl<R: Read> BlobReader<R> {
         if let Some(b) = self.lookahead.take() {
             self.chunk.push(b);
         }
-        let mut buf = [0u8; 8192];
-        while self.chunk.len() < SEALED_CHUNK_SIZE {
-            let want = (SEALED_CHUNK_SIZE - self.chunk.len()).min(buf.len());
-            let n = match self.inner.read(&mut buf[..want]) {
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            if n == 0 {
-                return Ok(true);
+        // Read straight into the chunk, then cut it to what came. It is
+        // sized for what the record says is left, and a byte more to notice
+        // an overlong blob: a small blob is not given a whole chunk.
+        let mut len = self.chunk.len();
+        let rest =
+            usize::try_from(self.expected_size.saturating_sub(self.read)).unwrap_or(usize::MAX);
+        self.chunk
+            .resize(SEALED_CHUNK_SIZE.min(rest.saturating_add(1)).max(len), 0);
+        while len < SEALED_CHUNK_SIZE {
+            if len == self.chunk.len() {
+                self.chunk.resize(SEALED_CHUNK_SIZE, 0);
             }
-            self.chunk.extend_from_slice(&buf[..n]);
+            match self.inner.read(&mut self.chunk[len..]) {
+                Ok(0) => {
+                    self.chunk.truncate(len);
+                    return Ok(true);
+                }
+                Ok(n) => len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    self.chunk.truncate(len);
+                    return Err(e);
+                }
+            }
         }
         let mut one = [0u8; 1];
         loop {
@@ -369,7 +485,9 @@ impl<R: Read> BlobReader<R> {
                 actual: seen,
             });
         }
-        self.hasher.update(&self.chunk);
+        if let Some(hasher) = &mut self.hasher {
+            hasher.update(&self.chunk);
+        }
         if self.chunk.len() < TAG_LEN {
             return Err(SealError::Truncated {
                 what: "blob",
@@ -404,13 +522,11 @@ impl<R: Read> BlobReader<R> {
                     actual: self.read,
                 });
             }
-            let digest = std::mem::take(&mut self.hasher).finalize();
-            let actual = Cid::new_v1(
-                gelstore_model::RAW_CODEC,
-                ::cid::multihash::Multihash::wrap(gelstore_model::SHA2_256, &digest)
-                    .expect("a 32-byte digest fits"),
-            );
-            if actual != self.expected_cid {
+            let actual = self
+                .hasher
+                .take()
+                .map(|hasher| blob_cid(&hasher.finalize().into()));
+            if let Some(actual) = actual.filter(|cid| *cid != self.expected_cid) {
                 self.chunk.clear();
                 return Err(SealError::BlobCidMismatch {
                     expected: self.expected_cid.to_string(),
