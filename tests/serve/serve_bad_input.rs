@@ -79,14 +79,10 @@ fn enc(s: &str) -> String {
     s.replace('%', "%25").replace(':', "%3A")
 }
 
+/// The error, with a message a person can read.
 #[track_caller]
 fn expect(r: &serve::Response, status: u16, error: &str) {
-    assert_eq!(
-        (r.status, r.error().as_str()),
-        (status, error),
-        "body: {}",
-        r.text()
-    );
+    r.expect_error(status, error);
     assert!(r.json()["message"].is_string(), "no message: {}", r.text());
 }
 

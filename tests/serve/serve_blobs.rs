@@ -202,11 +202,6 @@ fn expect_no_blob(peer: &Client, blob: &Value) {
     );
 }
 
-#[track_caller]
-fn expect_error(r: &serve::Response, error: &str) {
-    assert_eq!((r.status, r.error().as_str()), (400, error), "{}", r.text());
-}
-
 fn start(data: &Path, listen: &str, window_secs: &str) -> Peer {
     Peer::new(Serve::start_with(
         data,
@@ -230,13 +225,17 @@ fn blob_answers_match_the_reference(peer: peer::Peer) {
     let ghost = json!({"$type": "blob", "mimeType": "text/plain", "size": 5,
         "ref": {"$link": "bafkreibme22gw2h7y2h7tg2fhqotaqjucnbc24deqo72b6mkl2egezxhvy"}});
     let r = client.put_note("ghost", &[&ghost]);
-    expect_error(&r, "BlobNotFound");
+    r.expect_error(400, "BlobNotFound");
     let mut wrong_type = a.clone();
     wrong_type["mimeType"] = "image/png".into();
-    expect_error(&client.put_note("t", &[&wrong_type]), "InvalidMimeType");
+    client
+        .put_note("t", &[&wrong_type])
+        .expect_error(400, "InvalidMimeType");
     let mut wrong_size = a.clone();
     wrong_size["size"] = 701.into();
-    expect_error(&client.put_note("s", &[&wrong_size]), "InvalidSize");
+    client
+        .put_note("s", &[&wrong_size])
+        .expect_error(400, "InvalidSize");
     assert!(client.note_keys().is_empty());
 
     assert_eq!(client.put_note("one", &[&a]).status, 200);
@@ -277,7 +276,7 @@ fn a_blob_lives_while_a_record_references_it() {
     let ghost = json!({"$type": "blob", "mimeType": "image/png", "size": 5,
         "ref": {"$link": "bafkreibme22gw2h7y2h7tg2fhqotaqjucnbc24deqo72b6mkl2egezxhvy"}});
     let r = peer.put_note("ghost", &[&ghost]);
-    expect_error(&r, "BlobNotFound");
+    r.expect_error(400, "BlobNotFound");
     assert!(
         r.json()["message"]
             .as_str()
@@ -294,23 +293,25 @@ fn a_blob_lives_while_a_record_references_it() {
              "rkey": "ghost", "value": note("ghost", &[&ghost])},
         ]}),
     );
-    expect_error(&r, "BlobNotFound");
+    r.expect_error(400, "BlobNotFound");
     // A reference that disagrees with the upload's type or size.
     let b_bytes = bytes(2, 500);
     let b = peer.upload(&b_bytes, "text/plain");
     let mut wrong_type = b.clone();
     wrong_type["mimeType"] = "image/png".into();
-    expect_error(&peer.put_note("t", &[&wrong_type]), "InvalidMimeType");
+    peer.put_note("t", &[&wrong_type])
+        .expect_error(400, "InvalidMimeType");
     let mut wrong_size = b.clone();
     wrong_size["size"] = 501.into();
-    expect_error(&peer.put_note("s", &[&wrong_size]), "InvalidSize");
+    peer.put_note("s", &[&wrong_size])
+        .expect_error(400, "InvalidSize");
     // A malformed ref is refused by the data-model check before its blob
     // is looked up (the reference PDS, less strict, stores such a map in
     // an unknown collection as plain data).
     let mut no_size = ghost.clone();
     no_size.as_object_mut().unwrap().remove("size");
     let r = peer.put_note("m", &[&no_size]);
-    expect_error(&r, "InvalidRequest");
+    r.expect_error(400, "InvalidRequest");
     assert!(r.text().contains("missing size"), "{}", r.text());
     assert_eq!(peer.head(), head);
     assert_eq!(peer.note_keys(), keys);
@@ -412,7 +413,8 @@ fn unreferenced_uploads_are_swept_after_the_window() {
     }
     assert!(peer.stored(&kept));
     // A record can no longer reference it.
-    expect_error(&peer.put_note("late", &[&late]), "BlobNotFound");
+    peer.put_note("late", &[&late])
+        .expect_error(400, "BlobNotFound");
 }
 
 /// The temporary files of the blob folder (unfinished uploads).

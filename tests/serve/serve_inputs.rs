@@ -48,16 +48,6 @@ fn ok(r: &serve::Response) -> Value {
     r.json()
 }
 
-#[track_caller]
-fn expect(r: &serve::Response, status: u16, error: &str) {
-    assert_eq!(
-        (r.status, r.error().as_str()),
-        (status, error),
-        "body: {}",
-        r.text()
-    );
-}
-
 fn enc(s: &str) -> String {
     s.replace('%', "%25").replace(':', "%3A")
 }
@@ -101,15 +91,12 @@ fn null_optional_fields_read_as_absent() {
                 "swapCommit": null, "validate": null, "record": {"$type": NOTE}}),
     ));
     assert_eq!(keys(&put), ["cid", "commit", "uri", "validationStatus"]);
-    expect(
-        &peer.post(
-            "com.atproto.repo.putRecord",
-            &json!({"repo": did, "collection": NOTE, "rkey": "p", "swapRecord": null,
+    peer.post(
+        "com.atproto.repo.putRecord",
+        &json!({"repo": did, "collection": NOTE, "rkey": "p", "swapRecord": null,
                     "record": {"$type": NOTE, "text": "other"}}),
-        ),
-        400,
-        "InvalidSwap",
-    );
+    )
+    .expect_error(400, "InvalidSwap");
     // The same record again is a no-op without a commit.
     let same = ok(&peer.post(
         "com.atproto.repo.putRecord",
@@ -140,17 +127,14 @@ fn null_optional_fields_read_as_absent() {
         ]}),
     ));
     assert_eq!(keys(&applied), ["commit", "results"]);
-    expect(
-        &peer.post(
-            "com.atproto.repo.applyWrites",
-            &json!({"repo": did, "writes": [
-                {"$type": "com.atproto.repo.applyWrites#create", "collection": NOTE,
-                 "value": null},
-            ]}),
-        ),
-        400,
-        "InvalidRequest",
-    );
+    peer.post(
+        "com.atproto.repo.applyWrites",
+        &json!({"repo": did, "writes": [
+            {"$type": "com.atproto.repo.applyWrites#create", "collection": NOTE,
+             "value": null},
+        ]}),
+    )
+    .expect_error(400, "InvalidRequest");
 
     // createSession: the fields the server does not read are not read.
     let login = http(
@@ -188,50 +172,35 @@ fn the_account_is_checked_before_the_rest_of_the_input() {
         "",
     ];
     for repo in foreign {
-        expect(
-            &peer.post(
-                "com.atproto.repo.createRecord",
-                &json!({"repo": repo, "collection": NOTE, "record": {"$type": NOTE}}),
-            ),
-            400,
-            "RepoNotFound",
-        );
+        peer.post(
+            "com.atproto.repo.createRecord",
+            &json!({"repo": repo, "collection": NOTE, "record": {"$type": NOTE}}),
+        )
+        .expect_error(400, "RepoNotFound");
         // A malformed collection or write is the repository's to find.
-        expect(
-            &peer.post(
-                "com.atproto.repo.createRecord",
-                &json!({"repo": repo, "collection": "not an nsid", "record": {"$type": NOTE}}),
-            ),
-            400,
-            "RepoNotFound",
-        );
-        expect(
-            &peer.post(
-                "com.atproto.repo.applyWrites",
-                &json!({"repo": repo, "writes": [{"$type": "nonsense"}]}),
-            ),
-            400,
-            "RepoNotFound",
-        );
+        peer.post(
+            "com.atproto.repo.createRecord",
+            &json!({"repo": repo, "collection": "not an nsid", "record": {"$type": NOTE}}),
+        )
+        .expect_error(400, "RepoNotFound");
+        peer.post(
+            "com.atproto.repo.applyWrites",
+            &json!({"repo": repo, "writes": [{"$type": "nonsense"}]}),
+        )
+        .expect_error(400, "RepoNotFound");
     }
     // A repo that is not a string is not an account.
-    expect(
-        &peer.post(
-            "com.atproto.repo.deleteRecord",
-            &json!({"repo": 42, "collection": NOTE, "rkey": "a"}),
-        ),
-        400,
-        "InvalidRequest",
-    );
-    expect(
-        &peer.post(
-            "com.atproto.repo.putRecord",
-            &json!({"repo": did, "collection": "not an nsid", "rkey": "a",
+    peer.post(
+        "com.atproto.repo.deleteRecord",
+        &json!({"repo": 42, "collection": NOTE, "rkey": "a"}),
+    )
+    .expect_error(400, "InvalidRequest");
+    peer.post(
+        "com.atproto.repo.putRecord",
+        &json!({"repo": did, "collection": "not an nsid", "rkey": "a",
                     "record": {"$type": NOTE}}),
-        ),
-        400,
-        "InvalidRequest",
-    );
+    )
+    .expect_error(400, "InvalidRequest");
 }
 
 #[test]
@@ -240,15 +209,12 @@ fn records_are_checked_by_the_repository_lexicon_first() {
     let did = peer.did().to_owned();
     // A known lexicon: a float or a bad link is an invalid record.
     for bad in [json!(1.5), json!({"$link": "nope"}), json!({"$bytes": 7})] {
-        expect(
-            &peer.post(
-                "com.atproto.repo.createRecord",
-                &json!({"repo": did, "collection": MESSAGE,
+        peer.post(
+            "com.atproto.repo.createRecord",
+            &json!({"repo": did, "collection": MESSAGE,
                         "record": {"$type": MESSAGE, "role": "user", "odd": bad}}),
-            ),
-            400,
-            "InvalidRecord",
-        );
+        )
+        .expect_error(400, "InvalidRecord");
     }
     // No lexicon: the data model's own errors.
     for bad in [
@@ -257,27 +223,21 @@ fn records_are_checked_by_the_repository_lexicon_first() {
         json!({"$bytes": "123"}),
         json!({"$type": ""}),
     ] {
-        expect(
-            &peer.post(
-                "com.atproto.repo.applyWrites",
-                &json!({"repo": did, "writes": [
-                    {"$type": "com.atproto.repo.applyWrites#create", "collection": NOTE,
-                     "value": {"$type": NOTE, "odd": bad}},
-                ]}),
-            ),
-            400,
-            "InvalidRequest",
-        );
+        peer.post(
+            "com.atproto.repo.applyWrites",
+            &json!({"repo": did, "writes": [
+                {"$type": "com.atproto.repo.applyWrites#create", "collection": NOTE,
+                 "value": {"$type": NOTE, "odd": bad}},
+            ]}),
+        )
+        .expect_error(400, "InvalidRequest");
     }
     for record in [json!(null), json!("text"), json!({"$type": "other.kind"})] {
-        expect(
-            &peer.post(
-                "com.atproto.repo.createRecord",
-                &json!({"repo": did, "collection": NOTE, "record": record}),
-            ),
-            400,
-            "InvalidRequest",
-        );
+        peer.post(
+            "com.atproto.repo.createRecord",
+            &json!({"repo": did, "collection": NOTE, "record": record}),
+        )
+        .expect_error(400, "InvalidRequest");
     }
     // Bytes and links come back as they were written.
     let cid = "bafyreie5737gdxlw5i64vzichcalba3z2v5n6icifvx5xytvske7mr3hpm";

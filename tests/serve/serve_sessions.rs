@@ -93,16 +93,6 @@ fn jti(jwt: &str) -> String {
     claims["jti"].as_str().expect("jti").to_owned()
 }
 
-/// Asserts `r` is the XRPC error `name` with `status`.
-fn expect_error(r: &Response, status: u16, name: &str) {
-    assert_eq!(
-        (r.status, r.error().as_str()),
-        (status, name),
-        "{}",
-        r.text()
-    );
-}
-
 on_both_peers!(a_refresh_token_is_rotated_once_and_delete_session_ends_it);
 
 fn a_refresh_token_is_rotated_once_and_delete_session_ends_it(peer: Peer) {
@@ -128,7 +118,7 @@ fn a_refresh_token_is_rotated_once_and_delete_session_ends_it(peer: Peer) {
 
     // deleteSession takes only a refresh token…
     let access = session["accessJwt"].as_str().unwrap();
-    expect_error(&delete_session(s, access), 400, "InvalidToken");
+    delete_session(s, access).expect_error(400, "InvalidToken");
     let none = http(
         &addr(s),
         "POST",
@@ -141,7 +131,7 @@ fn a_refresh_token_is_rotated_once_and_delete_session_ends_it(peer: Peer) {
     let deleted = delete_session(s, &r2);
     assert_eq!(deleted.status, 200, "{}", deleted.text());
     let refused = refresh(s, &r2);
-    expect_error(&refused, 400, "ExpiredToken");
+    refused.expect_error(400, "ExpiredToken");
     assert!(
         refused.json()["message"]
             .as_str()
@@ -155,7 +145,7 @@ fn a_refresh_token_is_rotated_once_and_delete_session_ends_it(peer: Peer) {
     refresh_jwt(&refresh(s, other["refreshJwt"].as_str().unwrap()));
     // A forged refresh token is InvalidToken, not ExpiredToken.
     let forged = serve::forged_jwt(&r1);
-    expect_error(&refresh(s, &forged), 400, "InvalidToken");
+    refresh(s, &forged).expect_error(400, "InvalidToken");
 }
 
 #[test]
@@ -173,10 +163,10 @@ fn with_no_grace_a_used_refresh_token_is_refused_at_once() {
     let r0 = refresh_token_of(&login(s, &serve.handle, &serve.password));
     let r1 = refresh_jwt(&refresh(s, &r0));
     let replay = refresh(s, &r0);
-    expect_error(&replay, 400, "ExpiredToken");
+    replay.expect_error(400, "ExpiredToken");
     assert_eq!(replay.json()["message"], "Token has been revoked");
     refresh_jwt(&refresh(s, &r1));
-    expect_error(&refresh(s, &r1), 400, "ExpiredToken");
+    refresh(s, &r1).expect_error(400, "ExpiredToken");
 }
 
 #[test]
@@ -212,7 +202,7 @@ fn revocations_survive_a_restart_and_a_new_password_ends_every_session() {
     // Same password: the revoked token stays refused, the rotated one and
     // the old one within its grace still work.
     let serve = Serve::start_at(&data, &listen, &[]);
-    expect_error(&refresh(&s, &revoked), 400, "ExpiredToken");
+    refresh(&s, &revoked).expect_error(400, "ExpiredToken");
     let again = refresh_jwt(&refresh(&s, &live));
     assert_eq!(jti(&again), jti(&rotated));
     let latest = refresh_jwt(&refresh(&s, &rotated));
@@ -221,7 +211,7 @@ fn revocations_survive_a_restart_and_a_new_password_ends_every_session() {
     // A new password: every session ends (the token key changed) and no
     // id is kept.
     let serve = Serve::start_with(&data, &listen, &[], &[], "a new password");
-    expect_error(&refresh(&s, &latest), 400, "InvalidToken");
+    refresh(&s, &latest).expect_error(400, "InvalidToken");
     let text = std::fs::read_to_string(&file).unwrap();
     assert!(!text.contains(&jti(&latest)), "{text}");
     let fresh = login(&s, &serve.handle, "a new password");
@@ -321,15 +311,15 @@ fn thirty_wrong_passwords_lock_the_client_out_for_a_while() {
         for _ in 0..2 {
             scope.spawn(|| {
                 for _ in 0..15 {
-                    expect_error(&attempt("wrong"), 401, "AuthenticationRequired");
+                    attempt("wrong").expect_error(401, "AuthenticationRequired");
                 }
             });
         }
     });
     let locked = attempt("wrong");
-    expect_error(&locked, 429, "RateLimitExceeded");
+    locked.expect_error(429, "RateLimitExceeded");
     assert!(locked.text().contains("try again in"), "{}", locked.text());
-    expect_error(&attempt(&serve.password), 429, "RateLimitExceeded");
+    attempt(&serve.password).expect_error(429, "RateLimitExceeded");
     let spoofed = http(
         &addr(&serve.service),
         "POST",
@@ -342,7 +332,7 @@ fn thirty_wrong_passwords_lock_the_client_out_for_a_while() {
             .to_string()
             .as_bytes(),
     );
-    expect_error(&spoofed, 429, "RateLimitExceeded");
+    spoofed.expect_error(429, "RateLimitExceeded");
     // Everything else keeps working, sessions made before included.
     let r = http(
         &addr(&serve.service),
@@ -364,6 +354,6 @@ fn a_logout_is_not_undone_by_the_previous_refresh_token() {
     let r0 = refresh_token_of(&login(s, &serve.handle, &serve.password));
     let r1 = refresh_jwt(&refresh(s, &r0));
     assert_eq!(delete_session(s, &r1).status, 200);
-    expect_error(&refresh(s, &r0), 400, "ExpiredToken");
-    expect_error(&refresh(s, &r1), 400, "ExpiredToken");
+    refresh(s, &r0).expect_error(400, "ExpiredToken");
+    refresh(s, &r1).expect_error(400, "ExpiredToken");
 }

@@ -264,6 +264,17 @@ impl Response {
     pub fn error(&self) -> String {
         self.json()["error"].as_str().unwrap_or("").to_owned()
     }
+
+    /// Asserts this is the XRPC error `name` with HTTP status `status`.
+    #[track_caller]
+    pub fn expect_error(&self, status: u16, name: &str) {
+        assert_eq!(
+            (self.status, self.error().as_str()),
+            (status, name),
+            "body: {}",
+            self.text()
+        );
+    }
 }
 
 /// One HTTP/1.1 request on a new connection (`Connection: close`), as
