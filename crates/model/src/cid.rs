@@ -72,7 +72,12 @@ pub fn parse_cid(s: &str) -> Result<Cid> {
 pub fn cid_from_bytes(bytes: &[u8]) -> Result<Cid> {
     let cid = Cid::try_from(bytes).map_err(|e| invalid_cid(e.to_string()))?;
     check_blessed_cid(&cid)?;
-    if cid.encoded_len() != bytes.len() || cid.to_bytes() != bytes {
+    // A blessed CID has one canonical spelling: version 1, its one-byte
+    // codec, sha2-256 (0x12) of 32 bytes (0x20), then the digest it was
+    // read from. Anything longer or spelled otherwise (a non-minimal
+    // varint) is refused, without encoding the CID again.
+    let canonical = [1, cid.codec() as u8, SHA2_256 as u8, SHA2_256_LEN as u8];
+    if bytes.len() != canonical.len() + SHA2_256_LEN || bytes[..canonical.len()] != canonical {
         return Err(invalid_cid(
             "binary CID has trailing or non-canonical bytes".to_owned(),
         ));
@@ -172,6 +177,19 @@ mod tests {
             cid_from_bytes(&bytes[..10]),
             Err(DataModelError::InvalidCid { .. })
         ));
+        // The same CID with one of its varints spelled long (version,
+        // codec, hash code, digest size: each one byte in canonical form).
+        let canonical = cid.to_bytes();
+        for at in 0..4 {
+            let mut long = canonical[..at].to_vec();
+            long.extend_from_slice(&[canonical[at] | 0x80, 0x00]);
+            long.extend_from_slice(&canonical[at + 1..]);
+            let parsed = cid_from_bytes(&long);
+            assert!(
+                matches!(parsed, Err(DataModelError::InvalidCid { .. })),
+                "varint {at} spelled long: {parsed:?}"
+            );
+        }
     }
 
     #[test]
