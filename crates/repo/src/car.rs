@@ -871,7 +871,7 @@ mod tests {
             let mut changed = car.clone();
             let at = (rng as usize) % changed.len();
             changed[at] ^= (rng >> 32) as u8 | 1;
-            if rng % 3 == 0 {
+            if rng.is_multiple_of(3) {
                 changed.truncate(((rng >> 16) as usize) % changed.len());
             }
             assert_eq!(threaded(&changed), one_by_one(&changed), "flip at {at}");

@@ -161,7 +161,7 @@ pub fn repo_blocks<S: BlockSource>(
     // CIDs are hashes already: a fast seeded hasher does (SipHash showed
     // in the profile of an export).
     let mut written = foldhash::HashSet::default();
-    for visit in mst.walk() {
+    for visit in mst.walk_once() {
         match visit? {
             Visit::Node { cid, bytes } => {
                 stats.mst_nodes += 1;

@@ -348,13 +348,13 @@ pub(crate) fn verify_with_nodes(
     let mst = Mst::load(blocks, commit.data())?;
     let mut records = Vec::new();
     let mut nodes = Vec::new();
-    let mut checked = HashSet::new();
+    let mut checked = foldhash::HashSet::default();
     // Record blocks are checked in batches on every core, each batch once
     // the walk has passed it; an error of the walk is reported only if no
     // record before it fails.
     let mut to_check: Vec<(usize, Cow<'_, [u8]>)> = Vec::new();
     let mut walked = Ok(());
-    for visit in mst.walk() {
+    for visit in mst.walk_once() {
         let visit = match visit {
             Ok(visit) => visit,
             Err(e) => {

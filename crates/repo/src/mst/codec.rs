@@ -864,8 +864,11 @@ mod tests {
         );
     }
 
+    /// An entry's suffix, prefix length, value and right subtree.
+    type EntryFields = (Vec<u8>, u64, Cid, Option<Cid>);
+
     /// The fields the fast reader takes, to compare with the long way's.
-    fn fields(raw: &RawNode<'_>) -> (Option<Cid>, Vec<(Vec<u8>, u64, Cid, Option<Cid>)>) {
+    fn fields(raw: &RawNode<'_>) -> (Option<Cid>, Vec<EntryFields>) {
         let entries = raw
             .entries
             .iter()

@@ -242,6 +242,16 @@ impl<S: BlockSource> Mst<S> {
         Walk::new(self.cursor(), self.root.clone())
     }
 
+    /// [`walk`](Self::walk) for one pass: the nodes it reads are dropped
+    /// once it has left them instead of staying in the tree, so a walk of
+    /// a large stored tree holds only its path.
+    pub fn walk_once(&self) -> Walk<'_> {
+        Walk::new(
+            Cursor::passing(&self.store, self.root.clone()),
+            self.root.clone(),
+        )
+    }
+
     fn cursor(&self) -> Cursor<'_> {
         Cursor::new(&self.store, self.root.clone())
     }

@@ -228,6 +228,29 @@ impl Link {
         let node = Arc::new(codec::load_node(src, &link.cid, Some(height), bounds)?);
         Ok(link.node.get_or_init(|| node).clone())
     }
+
+    /// The linked node as [`load`](Self::load) gives it, but a node read
+    /// from `src` is not kept in the link: for one pass over a tree, which
+    /// then holds only the path it is on.
+    pub fn load_passing(
+        &self,
+        src: &dyn BlockSource,
+        height: u8,
+        bounds: &Bounds,
+    ) -> Result<Arc<Node>, MstError> {
+        match self {
+            Link::Memory(node) => Ok(node.clone()),
+            Link::Stored(link) => match link.node.get() {
+                Some(node) => Ok(node.clone()),
+                None => Ok(Arc::new(codec::load_node(
+                    src,
+                    &link.cid,
+                    Some(height),
+                    bounds,
+                )?)),
+            },
+        }
+    }
 }
 
 /// The height of the layer below `height`. Nodes at layer 0 never have

@@ -635,3 +635,43 @@ fn bad_nodes_below_the_root_are_found_when_reached() {
     ));
     assert_eq!(tree.root(), root);
 }
+
+/// `walk_once` meets what `walk` meets, in the same order, but keeps no node
+/// it read: a second walk reads them all again, where after `walk` none.
+#[test]
+fn a_walk_once_keeps_nothing_behind_it() {
+    let keys: Vec<String> = (0..2_000).map(|i| format!("app.x/{i:06}")).collect();
+    let built = Mst::from_entries(MemoryBlocks::new(), keys.iter().map(|k| (k, value()))).unwrap();
+    let mut store = MemoryBlocks::new();
+    let root = built.write_new_blocks(&mut store).unwrap();
+    let counting = Counting {
+        inner: &store,
+        reads: Cell::new(0),
+    };
+    let seen = |walk: Walk<'_>| -> Vec<String> {
+        walk.map(|visit| match visit.unwrap() {
+            Visit::Node { cid, .. } => cid.to_string(),
+            Visit::Leaf { key, value } => format!("{key} {value}"),
+        })
+        .collect()
+    };
+    let tree = Mst::load(&counting, root).unwrap();
+    // Reads of one walk (the root was read by `load`).
+    let reads_of = |walk: &dyn Fn() -> Vec<String>| {
+        let before = counting.reads.get();
+        (walk(), counting.reads.get() - before)
+    };
+    let (once, below_root) = reads_of(&|| seen(tree.walk_once()));
+    assert!(below_root > 10, "{below_root} node reads");
+    assert_eq!(
+        reads_of(&|| seen(tree.walk_once())),
+        (once.clone(), below_root),
+        "walk_once kept a node"
+    );
+    assert_eq!(reads_of(&|| seen(tree.walk())), (once.clone(), below_root));
+    assert_eq!(
+        reads_of(&|| seen(tree.walk())),
+        (once, 0),
+        "walk keeps its nodes"
+    );
+}

@@ -24,6 +24,9 @@ pub(crate) enum Item {
 pub(crate) struct Cursor<'a> {
     src: &'a dyn BlockSource,
     stack: Vec<Frame>,
+    /// Whether nodes read from `src` are kept in the tree (see
+    /// [`Link::load_passing`]).
+    keep: bool,
 }
 
 struct Frame {
@@ -43,6 +46,15 @@ impl<'a> Cursor<'a> {
                 pos: 0,
                 bounds: Bounds::default(),
             }],
+            keep: true,
+        }
+    }
+
+    /// A cursor like [`new`](Self::new)'s that keeps no node it reads.
+    pub fn passing(src: &'a dyn BlockSource, root: Arc<Node>) -> Self {
+        Self {
+            keep: false,
+            ..Self::new(src, root)
         }
     }
 
@@ -82,7 +94,11 @@ impl<'a> Cursor<'a> {
             .clone()
             .expect("descend on a subtree");
         let bounds = frame.bounds.child(&frame.node, slot);
-        let node = link.load(self.src, below(frame.node.height), &bounds)?;
+        let height = below(frame.node.height);
+        let node = match self.keep {
+            true => link.load(self.src, height, &bounds)?,
+            false => link.load_passing(self.src, height, &bounds)?,
+        };
         frame.pos += 1;
         self.stack.push(Frame {
             node: node.clone(),

@@ -89,7 +89,7 @@ impl Repository {
         let mut expected: HashMap<Cid, u64> = HashMap::new();
         expected.insert(self.head.commit, 1);
         let mut nodes = 0u64;
-        for visit in Mst::load(&blocks, self.head.data)?.walk() {
+        for visit in Mst::load(&blocks, self.head.data)?.walk_once() {
             match visit? {
                 Visit::Node { cid, .. } => {
                     nodes += 1;
