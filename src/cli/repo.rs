@@ -94,7 +94,9 @@ pub struct LsArgs {
 
 #[derive(Args, Debug)]
 pub struct ExportArgs {
-    /// The CAR file to write (`-` for stdout).
+    /// The CAR file to write (`-` for stdout). A file appears whole or not
+    /// at all (written beside it, then renamed); a pipe or a device is
+    /// written in place.
     #[arg(long, value_name = "FILE.car")]
     pub out: PathBuf,
     /// Only the blocks created after this rev (a TID).
