@@ -510,14 +510,14 @@ impl<R: Read> CarReader<R> {
 
     /// Reads the next section: `Ok(None)` at a clean end of input.
     pub fn next_block(&mut self) -> Result<Option<(Cid, Vec<u8>)>, CarError> {
-        if self.done {
+        let Some((start, cid, block)) = self.read_unhashed()? else {
             return Ok(None);
-        }
-        let result = self.read_section();
-        if !matches!(result, Ok(Some(_))) {
+        };
+        if let Err(e) = check_hash(start, &cid, &block) {
             self.done = true;
+            return Err(e);
         }
-        result
+        Ok(Some((cid, block)))
     }
 
     fn read_header(&mut self) -> Result<(), CarError> {
@@ -581,16 +581,8 @@ impl<R: Read> CarReader<R> {
         Ok(())
     }
 
-    fn read_section(&mut self) -> Result<Option<(Cid, Vec<u8>)>, CarError> {
-        let Some((start, cid, block)) = self.read_unhashed_section()? else {
-            return Ok(None);
-        };
-        check_hash(start, &cid, &block)?;
-        Ok(Some((cid, block)))
-    }
-
     /// The next section, checked but for its hash (see
-    /// [`Car::from_reader`]); ends the reader as `next_block` does.
+    /// [`Car::from_reader`]); the reader ends at its end or first error.
     fn read_unhashed(&mut self) -> Result<Option<Section>, CarError> {
         if self.done {
             return Ok(None);
