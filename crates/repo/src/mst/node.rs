@@ -218,6 +218,19 @@ impl Link {
         height: u8,
         bounds: &Bounds,
     ) -> Result<Arc<Node>, MstError> {
+        self.load_keeping(src, height, bounds, true)
+    }
+
+    /// [`load`](Self::load), keeping a node read from `src` in the link
+    /// only if `keep`: a single pass over a tree (`Mst::walk_once`) keeps
+    /// none, so the tree holds only the path it is on.
+    pub fn load_keeping(
+        &self,
+        src: &dyn BlockSource,
+        height: u8,
+        bounds: &Bounds,
+        keep: bool,
+    ) -> Result<Arc<Node>, MstError> {
         let link = match self {
             Link::Memory(node) => return Ok(node.clone()),
             Link::Stored(link) => link,
@@ -226,30 +239,10 @@ impl Link {
             return Ok(node.clone());
         }
         let node = Arc::new(codec::load_node(src, &link.cid, Some(height), bounds)?);
-        Ok(link.node.get_or_init(|| node).clone())
-    }
-
-    /// The linked node as [`load`](Self::load) gives it, but a node read
-    /// from `src` is not kept in the link: for one pass over a tree, which
-    /// then holds only the path it is on.
-    pub fn load_passing(
-        &self,
-        src: &dyn BlockSource,
-        height: u8,
-        bounds: &Bounds,
-    ) -> Result<Arc<Node>, MstError> {
-        match self {
-            Link::Memory(node) => Ok(node.clone()),
-            Link::Stored(link) => match link.node.get() {
-                Some(node) => Ok(node.clone()),
-                None => Ok(Arc::new(codec::load_node(
-                    src,
-                    &link.cid,
-                    Some(height),
-                    bounds,
-                )?)),
-            },
-        }
+        Ok(match keep {
+            true => link.node.get_or_init(|| node).clone(),
+            false => node,
+        })
     }
 }
 

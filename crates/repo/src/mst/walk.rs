@@ -25,7 +25,7 @@ pub(crate) struct Cursor<'a> {
     src: &'a dyn BlockSource,
     stack: Vec<Frame>,
     /// Whether nodes read from `src` are kept in the tree (see
-    /// [`Link::load_passing`]).
+    /// [`Link::load_keeping`]).
     keep: bool,
 }
 
@@ -95,10 +95,7 @@ impl<'a> Cursor<'a> {
             .expect("descend on a subtree");
         let bounds = frame.bounds.child(&frame.node, slot);
         let height = below(frame.node.height);
-        let node = match self.keep {
-            true => link.load(self.src, height, &bounds)?,
-            false => link.load_passing(self.src, height, &bounds)?,
-        };
+        let node = link.load_keeping(self.src, height, &bounds, self.keep)?;
         frame.pos += 1;
         self.stack.push(Frame {
             node: node.clone(),
