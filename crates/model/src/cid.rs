@@ -31,11 +31,20 @@ pub fn cid_for_blob(blob: &[u8]) -> Cid {
     sha256_cid(RAW_CODEC, blob)
 }
 
+/// The blob CID of bytes whose SHA-256 is `digest`, for a caller that
+/// hashed them as they went by (see [`cid_for_blob`]).
+pub fn cid_for_blob_digest(digest: &[u8; 32]) -> Cid {
+    sha256_digest_cid(RAW_CODEC, digest)
+}
+
 fn sha256_cid(codec: u64, data: &[u8]) -> Cid {
-    let digest = Sha256::digest(data);
+    sha256_digest_cid(codec, &Sha256::digest(data).into())
+}
+
+fn sha256_digest_cid(codec: u64, digest: &[u8; 32]) -> Cid {
     // `wrap` only fails for digests longer than the 64-byte capacity of
     // `Cid`'s multihash; a sha2-256 digest is always 32 bytes.
-    let hash = Multihash::wrap(SHA2_256, digest.as_slice())
+    let hash = Multihash::wrap(SHA2_256, digest)
         .expect("a 32-byte digest always fits in a 64-byte multihash");
     Cid::new_v1(codec, hash)
 }

@@ -10,7 +10,7 @@
 //! - value ⇄ DAG-CBOR: [`encode_dag_cbor`], [`decode_dag_cbor`] (safe on
 //!   untrusted bytes); [`Checked`] writes the same bytes into a [`Sink`]
 //!   (a buffer, a hash) without building them first.
-//! - CIDs: [`cid_for_cbor`], [`cid_for_blob`], [`record_cid`], [`parse_cid`].
+//! - CIDs: [`cid_for_cbor`], [`cid_for_blob`] (or [`cid_for_blob_digest`]), [`record_cid`], [`parse_cid`].
 //! - Rules alone: [`check_data_model`], [`check_record`].
 //!
 //! Decisions worth knowing:
@@ -56,8 +56,8 @@ pub use ipld_core::ipld::Ipld;
 
 pub use self::cbor::{decode_dag_cbor, encode_dag_cbor};
 pub use self::cid::{
-    DAG_CBOR_CODEC, RAW_CODEC, SHA2_256, check_blessed_cid, cid_for_blob, cid_for_cbor,
-    cid_from_bytes, parse_cid,
+    DAG_CBOR_CODEC, RAW_CODEC, SHA2_256, check_blessed_cid, cid_for_blob, cid_for_blob_digest,
+    cid_for_cbor, cid_from_bytes, parse_cid,
 };
 pub use self::error::{DataModelError, Result};
 pub use self::json::BASE64;
