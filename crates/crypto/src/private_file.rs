@@ -38,7 +38,7 @@ pub enum PrivateFileError {
 /// file that group or others may read or write (on Unix) and one longer
 /// than `max` bytes.
 pub fn read_private(path: &Path, max: u64) -> Result<Option<Zeroizing<Vec<u8>>>, PrivateFileError> {
-    let mut file = match File::open(path) {
+    let file = match File::open(path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e.into()),
@@ -52,19 +52,12 @@ pub fn read_private(path: &Path, max: u64) -> Result<Option<Zeroizing<Vec<u8>>>,
             return Err(PrivateFileError::Exposed { mode });
         }
     }
-    if meta.len() > max {
-        return Err(PrivateFileError::TooLarge {
-            len: meta.len(),
-            max,
-        });
-    }
-    // Sized from the handle; read at most one byte past `max` in case the
-    // file grew since.
-    let mut bytes = Zeroizing::new(Vec::with_capacity(meta.len() as usize));
-    file.by_ref().take(max + 1).read_to_end(&mut bytes)?;
+    // At most one byte past `max` is read, whatever the file holds now.
+    let mut bytes = Zeroizing::new(Vec::with_capacity(meta.len().min(max) as usize));
+    file.take(max + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > max {
         return Err(PrivateFileError::TooLarge {
-            len: bytes.len() as u64,
+            len: meta.len().max(bytes.len() as u64),
             max,
         });
     }
