@@ -192,7 +192,8 @@ impl Repository {
             .chain(nodes.into_iter().map(|cid| (cid, Kind::Structure)))
             .chain(repo.records.iter().map(|(_, cid)| (*cid, Kind::Record)));
         let mut blocks: Vec<(Cid, Kind, u32, Vec<u8>)> = Vec::with_capacity(car.blocks.len());
-        let mut at: HashMap<Cid, usize> = HashMap::with_capacity(car.blocks.len());
+        let mut at: foldhash::HashMap<Cid, usize> =
+            HashMap::with_capacity_and_hasher(car.blocks.len(), Default::default());
         let total_blocks = car.blocks.len();
         for (cid, kind) in reachable {
             if let Some(&i) = at.get(&cid) {
