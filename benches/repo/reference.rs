@@ -118,13 +118,13 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
         assert_eq!(verified["records"], COMMITS * PER_COMMIT, "{verified}");
         took
     }));
-    let imported = |n: usize| work.join(format!("gel-import-{n}"));
+    let import_dir = |n: usize| work.join(format!("gel-import-{n}"));
     let gel_import = median((0..REPEATS).map(|n| {
         let started = Instant::now();
-        run(gelstore, &imported(n), &["repo", "import", car_arg], None);
+        run(gelstore, &import_dir(n), &["repo", "import", car_arg], None);
         ms_since(started)
     }));
-    let imported = imported(0);
+    let imported = import_dir(0);
     let gel_open = median((0..OPENS).map(|_| {
         let started = Instant::now();
         run(gelstore, &store, &["repo", "info"], None);
