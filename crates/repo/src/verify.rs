@@ -305,11 +305,19 @@ pub fn verify_repo_car_from_reader<R: Read>(
 
 fn verified_car(car: Car, opts: &VerifyOptions<'_>) -> Result<VerifiedCar, VerifyError> {
     let root = single_root(&car.roots)?;
-    let (repo, nodes) = verify_with_nodes(&car, root, opts)?;
-    let reachable: HashSet<Cid> = std::iter::once(root)
-        .chain(nodes)
-        .chain(repo.records.iter().map(|(_, cid)| *cid))
-        .collect();
+    let (commit, signature) = verified_commit(&car, root, opts)?;
+    let mut reachable: foldhash::HashSet<Cid> = HashSet::from_iter([root]);
+    let repo = verify_tree(
+        &car,
+        root,
+        commit,
+        signature,
+        opts.known_records,
+        |reached| {
+            let (Reached::Node(cid) | Reached::Record(cid)) = reached;
+            reachable.insert(cid);
+        },
+    )?;
     let unreachable_blocks = car.blocks.len().saturating_sub(reachable.len());
     Ok(VerifiedCar {
         repo,
@@ -334,20 +342,43 @@ pub fn verify_repo(
     commit_cid: Cid,
     opts: &VerifyOptions<'_>,
 ) -> Result<VerifiedRepo, VerifyError> {
-    verify_with_nodes(blocks, commit_cid, opts).map(|(repo, _)| repo)
+    let (commit, signature) = verified_commit(blocks, commit_cid, opts)?;
+    verify_tree(
+        blocks,
+        commit_cid,
+        commit,
+        signature,
+        opts.known_records,
+        |_| {},
+    )
 }
 
-/// [`verify_repo`], also giving the CID of every MST node, in walk order
-/// (each once), so a caller need not walk the tree again.
-pub(crate) fn verify_with_nodes(
+/// A block the verifying walk reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reached {
+    /// An MST node (each once, in walk order).
+    Node(Cid),
+    /// The record under a key (once per key, in key order, so twice for
+    /// a record under two keys).
+    Record(Cid),
+}
+
+/// Steps 6 to 8 for a commit [`verified_commit`] accepted: the tree and
+/// its records (absent record blocks are allowed for `known_records`, see
+/// [`VerifyOptions::known_records`]). `reached` hears of every block as the walk reaches it,
+/// before the records among them are checked: what it does with them
+/// stands only if this returns `Ok`.
+pub(crate) fn verify_tree(
     blocks: &impl BlockSource,
     commit_cid: Cid,
-    opts: &VerifyOptions<'_>,
-) -> Result<(VerifiedRepo, Vec<Cid>), VerifyError> {
-    let (commit, signature) = verified_commit(blocks, commit_cid, opts)?;
+    commit: Commit,
+    signature: SignatureStatus,
+    known_records: Option<&HashSet<Cid>>,
+    mut reached: impl FnMut(Reached),
+) -> Result<VerifiedRepo, VerifyError> {
     let mst = Mst::load(blocks, commit.data())?;
     let mut records = Vec::new();
-    let mut nodes = Vec::new();
+    let mut nodes = 0;
     let mut checked = foldhash::HashSet::default();
     // Record blocks are checked in batches on every core, each batch once
     // the walk has passed it; an error of the walk is reported only if no
@@ -363,7 +394,10 @@ pub(crate) fn verify_with_nodes(
             }
         };
         match visit {
-            Visit::Node { cid, .. } => nodes.push(cid),
+            Visit::Node { cid, .. } => {
+                nodes += 1;
+                reached(Reached::Node(cid));
+            }
             Visit::Leaf { key, value } => {
                 if let Err(e) = check_repo_path(&key) {
                     walked = Err(e);
@@ -375,12 +409,13 @@ pub(crate) fn verify_with_nodes(
                             to_check.push((records.len(), bytes));
                             if to_check.len() == CHECK_BATCH {
                                 records.push((key, value));
+                                reached(Reached::Record(value));
                                 check_record_blocks(&records, &to_check, blocks.hashes_checked())?;
                                 to_check.clear();
                                 continue;
                             }
                         }
-                        Ok(None) if opts.known_records.is_some_and(|k| k.contains(&value)) => {}
+                        Ok(None) if known_records.is_some_and(|k| k.contains(&value)) => {}
                         Ok(None) => {
                             walked = Err(VerifyError::MissingRecord {
                                 key: shorten(&key),
@@ -395,6 +430,7 @@ pub(crate) fn verify_with_nodes(
                     }
                 }
                 records.push((key, value));
+                reached(Reached::Record(value));
             }
         }
     }
@@ -407,15 +443,14 @@ pub(crate) fn verify_with_nodes(
         data_cid: commit.data(),
         prev: commit.prev(),
         record_count: records.len(),
-        mst_node_count: nodes.len(),
+        mst_node_count: nodes,
         signature,
     };
-    let repo = VerifiedRepo {
+    Ok(VerifiedRepo {
         summary,
         commit,
         records,
-    };
-    Ok((repo, nodes))
+    })
 }
 
 /// Reads, decodes and checks the commit (steps 3 to 5 of the module docs).

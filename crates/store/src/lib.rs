@@ -184,6 +184,24 @@ pub enum Op {
     Delete(Table, Vec<u8>),
 }
 
+/// One step of a write in parts ([`Engine::write_parts`]).
+#[derive(Debug)]
+pub enum Part {
+    /// More changes of the write, after those of the parts before.
+    Rows(Batch),
+    /// The write is complete: make it durable.
+    Commit,
+}
+
+/// How a write in parts ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartsEnd {
+    /// Every part is on disk, atomically and durably.
+    Committed,
+    /// The parts ended without [`Part::Commit`]: nothing was written.
+    Abandoned,
+}
+
 /// A list of changes applied together by [`Engine::write`]. Later changes
 /// to the same key win.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -288,6 +306,27 @@ pub trait Engine: Send + Sync {
     fn reader(&self) -> Result<Box<dyn Reader + '_>, EngineError> {
         Ok(Box::new(Direct(self)))
     }
+
+    /// One atomic, durable write of every [`Part::Rows`] batch `parts`
+    /// yields, in order, made when it yields [`Part::Commit`] (nothing after
+    /// that is read). If `parts` ends first, nothing is written: a producer
+    /// that fails (or panics) only has to stop. An engine may apply the
+    /// first parts while later ones are still being made, so a producer on
+    /// another thread overlaps its work with the engine's; by default the
+    /// parts are gathered and written as one [`write`](Engine::write).
+    fn write_parts(&self, parts: &mut dyn Iterator<Item = Part>) -> Result<PartsEnd, EngineError> {
+        let mut all = Batch::new();
+        for part in parts {
+            match part {
+                Part::Rows(batch) => all.ops.extend(batch.ops),
+                Part::Commit => {
+                    self.write(all)?;
+                    return Ok(PartsEnd::Committed);
+                }
+            }
+        }
+        Ok(PartsEnd::Abandoned)
+    }
 }
 
 impl<E: Engine + ?Sized> Engine for Box<E> {
@@ -312,6 +351,9 @@ impl<E: Engine + ?Sized> Engine for Box<E> {
     fn reader(&self) -> Result<Box<dyn Reader + '_>, EngineError> {
         (**self).reader()
     }
+    fn write_parts(&self, parts: &mut dyn Iterator<Item = Part>) -> Result<PartsEnd, EngineError> {
+        (**self).write_parts(parts)
+    }
 }
 
 impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
@@ -335,6 +377,9 @@ impl<E: Engine + ?Sized> Engine for std::sync::Arc<E> {
     }
     fn reader(&self) -> Result<Box<dyn Reader + '_>, EngineError> {
         (**self).reader()
+    }
+    fn write_parts(&self, parts: &mut dyn Iterator<Item = Part>) -> Result<PartsEnd, EngineError> {
+        (**self).write_parts(parts)
     }
 }
 
@@ -427,6 +472,59 @@ mod tests {
             engine.get(Table::Meta, b"repacked").unwrap(),
             Some(b"yes".to_vec())
         );
+
+        write_parts_contract(engine);
+    }
+
+    /// A write in parts lands whole at its commit, or not at all.
+    fn write_parts_contract(engine: &dyn Engine) {
+        let part = |key: &[u8], value: &[u8]| {
+            let mut batch = Batch::new();
+            batch.put(Table::Mirror, key.to_vec(), value.to_vec());
+            Part::Rows(batch)
+        };
+        let mirror = || -> Vec<_> {
+            engine
+                .scan(Table::Mirror, b"")
+                .map(|row| row.unwrap().0)
+                .collect()
+        };
+        let before = mirror();
+        // Parts made on another thread, which stops before the commit (as
+        // a failed producer does): nothing of them is written.
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        let end = std::thread::scope(|scope| {
+            scope.spawn(move || {
+                for key in [&b"p1"[..], b"p2", b"p3"] {
+                    sender.send(part(key, b"v")).unwrap();
+                }
+            });
+            engine.write_parts(&mut receiver.into_iter()).unwrap()
+        });
+        assert_eq!(end, PartsEnd::Abandoned);
+        assert_eq!(mirror(), before);
+
+        // With the commit: every part, later ones winning; nothing after
+        // the commit is read.
+        let mut parts = vec![
+            part(b"p1", b"first"),
+            part(b"p2", b"v"),
+            part(b"p1", b"last"),
+            Part::Commit,
+            part(b"p3", b"after the commit"),
+        ]
+        .into_iter();
+        assert_eq!(engine.write_parts(&mut parts).unwrap(), PartsEnd::Committed);
+        assert_eq!(parts.count(), 1, "the part after the commit is left");
+        assert_eq!(
+            engine.get(Table::Mirror, b"p1").unwrap(),
+            Some(b"last".to_vec())
+        );
+        assert_eq!(
+            engine.get(Table::Mirror, b"p2").unwrap(),
+            Some(b"v".to_vec())
+        );
+        assert_eq!(engine.get(Table::Mirror, b"p3").unwrap(), None);
     }
 
     #[test]

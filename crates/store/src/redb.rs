@@ -37,7 +37,7 @@ use ::redb::{
 };
 
 use super::lock::{lock_wait, retry_while_locked};
-use super::{Batch, Engine, EngineError, Op, Reader, Scan, Table};
+use super::{Batch, Engine, EngineError, Op, Part, PartsEnd, Reader, Scan, Table};
 
 /// The database file inside the store folder.
 pub const REDB_FILE: &str = "store.redb";
@@ -213,37 +213,18 @@ impl RedbEngine {
         if let Some(table) = repack {
             repack_table(&txn, table)?;
         }
-        {
-            let mut open: [Option<::redb::Table<'_, &[u8], &[u8]>>; Table::ALL.len()] =
-                [const { None }; Table::ALL.len()];
-            for op in batch.into_ops() {
-                let (table, key) = match &op {
-                    Op::Put(table, key, _) | Op::Delete(table, key) => (*table, key),
-                };
-                let slot = &mut open[table as usize];
-                if slot.is_none() {
-                    *slot = Some(txn.open_table(def(table)).map_err(EngineError::engine)?);
-                }
-                let handle = slot.as_mut().expect("opened above");
-                match &op {
-                    Op::Put(_, _, value) => {
-                        handle
-                            .insert(key.as_slice(), value.as_slice())
-                            .map_err(EngineError::engine)?;
-                    }
-                    Op::Delete(..) => {
-                        handle.remove(key.as_slice()).map_err(EngineError::engine)?;
-                    }
-                }
-            }
-        }
+        OpenTables::new(&txn).apply(batch)?;
         txn.commit().map_err(EngineError::engine)?;
         drop(db);
-        // The batch is durable whatever compaction does.
-        if let Err(e) = self.compact_if_free(repack.is_some()) {
+        self.compact_if_needed(repack.is_some());
+        Ok(())
+    }
+
+    /// After a commit: the batch is durable whatever compaction does.
+    fn compact_if_needed(&self, now: bool) {
+        if let Err(e) = self.compact_if_free(now) {
             tracing::warn!("compacting the redb store failed: {e}");
         }
-        Ok(())
     }
 
     /// Every table exists from the start, so reads never meet a missing one.
@@ -264,6 +245,49 @@ impl RedbEngine {
             txn.open_table(def(table)).map_err(EngineError::engine)?;
         }
         txn.commit().map_err(EngineError::engine)
+    }
+}
+
+/// The tables of one write transaction, opened as they are first written.
+struct OpenTables<'txn> {
+    txn: &'txn ::redb::WriteTransaction,
+    open: [Option<::redb::Table<'txn, &'static [u8], &'static [u8]>>; Table::ALL.len()],
+}
+
+impl<'txn> OpenTables<'txn> {
+    fn new(txn: &'txn ::redb::WriteTransaction) -> Self {
+        OpenTables {
+            txn,
+            open: [const { None }; Table::ALL.len()],
+        }
+    }
+
+    fn apply(&mut self, batch: Batch) -> Result<(), EngineError> {
+        for op in batch.into_ops() {
+            let table = match &op {
+                Op::Put(table, ..) | Op::Delete(table, _) => *table,
+            };
+            let slot = &mut self.open[table as usize];
+            let handle = match slot {
+                Some(handle) => handle,
+                None => slot.insert(
+                    self.txn
+                        .open_table(def(table))
+                        .map_err(EngineError::engine)?,
+                ),
+            };
+            match &op {
+                Op::Put(_, key, value) => {
+                    handle
+                        .insert(key.as_slice(), value.as_slice())
+                        .map_err(EngineError::engine)?;
+                }
+                Op::Delete(_, key) => {
+                    handle.remove(key.as_slice()).map_err(EngineError::engine)?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -434,6 +458,26 @@ impl Engine for RedbEngine {
 
     fn repack(&self, table: Table, batch: Batch) -> Result<(), EngineError> {
         self.commit(Some(table), batch)
+    }
+
+    /// The parts go into one write transaction as they come; it commits
+    /// at [`Part::Commit`] and is dropped (rolled back) if they end first.
+    fn write_parts(&self, parts: &mut dyn Iterator<Item = Part>) -> Result<PartsEnd, EngineError> {
+        let db = self.db();
+        let txn = db.begin_write().map_err(EngineError::engine)?;
+        let mut tables = OpenTables::new(&txn);
+        loop {
+            match parts.next() {
+                Some(Part::Rows(batch)) => tables.apply(batch)?,
+                Some(Part::Commit) => break,
+                None => return Ok(PartsEnd::Abandoned),
+            }
+        }
+        drop(tables);
+        txn.commit().map_err(EngineError::engine)?;
+        drop(db);
+        self.compact_if_needed(false);
+        Ok(PartsEnd::Committed)
     }
 
     fn reader(&self) -> Result<Box<dyn Reader + '_>, EngineError> {

@@ -1,20 +1,23 @@
 //! Importing a repository CAR into an empty store.
 //!
 //! The CAR may list its blocks in any order, repeat them, and carry blocks
-//! the commit does not reach. It is verified in full first
-//! ([`verify_repo`]: one root, the commit, its signature, every MST node,
-//! every repo path, every record block); only the reachable blocks are
-//! stored, all in one batch, with their reference counts and the commit's
-//! rev as their creation rev.
+//! the commit does not reach. It is read whole and its commit checked (one
+//! root, the commit, the DID, the signature) before anything is written;
+//! then the tree is walked and verified ([`verify_tree`]: every MST node,
+//! every repo path, every record block) while, on a second thread, the
+//! blocks the walk reaches go into one engine write as they are reached,
+//! which commits only if the whole tree verified. Only reachable blocks are
+//! stored, with their reference counts and the commit's rev as their
+//! creation rev.
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 
 use cid::Cid;
 
-use super::refs::{Kind, fresh_rows};
+use super::refs::{Kind, Loc, RefRow, block_row_copied};
 use super::{
     FORMAT, META_DID, META_FORMAT, META_HEAD, META_RECORDS, RepoError, Repository, is_initialized,
     store_path, with_path,
@@ -22,12 +25,13 @@ use super::{
 use crate::car::{Car, CarLimits};
 use crate::commit::Commit;
 use crate::key_file;
+use crate::tid::Tid;
 use crate::verify::{
-    RepoSummary, SignatureCheck, VerifiedRepo, VerifyError, VerifyOptions, shorten, single_root,
-    verify_with_nodes,
+    Reached, RepoSummary, SignatureCheck, SignatureStatus, VerifiedRepo, VerifyError,
+    VerifyOptions, shorten, single_root, verified_commit, verify_tree,
 };
 use gelstore_crypto::{PublicKey, SigningKey};
-use gelstore_store::{Batch, Engine, Table, open_store};
+use gelstore_store::{Batch, Engine, Part, PartsEnd, Table, open_store};
 
 /// How to check a CAR before importing it.
 #[derive(Debug, Clone, Default)]
@@ -52,12 +56,9 @@ pub struct ImportStats {
     pub unreachable_blocks: usize,
 }
 
-/// A CAR that passed verification, ready to be stored.
+/// A CAR that passed verification.
 pub struct VerifiedImport {
-    car: Car,
     repo: VerifiedRepo,
-    /// Every MST node's CID, as verification walked them.
-    nodes: Vec<Cid>,
 }
 
 impl VerifiedImport {
@@ -75,6 +76,37 @@ pub fn verify_car(
     reader: impl Read,
     options: &ImportOptions<'_>,
 ) -> Result<VerifiedImport, RepoError> {
+    let CheckedCommit {
+        car,
+        root,
+        commit,
+        signature,
+    } = read_and_check_commit(reader, options)?;
+    let repo = verify_tree(&car, root, commit, signature, None, |_| {})?;
+    Ok(VerifiedImport { repo })
+}
+
+/// A CAR read whole (every block's hash checked) whose commit passed its
+/// checks: what is left to verify is the tree under it.
+pub(super) struct CheckedCommit {
+    car: Car,
+    root: Cid,
+    commit: Commit,
+    signature: SignatureStatus,
+}
+
+impl CheckedCommit {
+    pub fn rev(&self) -> Tid {
+        self.commit.rev()
+    }
+}
+
+/// Reads a CAR and checks its one root, its commit, the commit's DID and
+/// signature (see [`verify_car`]).
+pub(super) fn read_and_check_commit(
+    reader: impl Read,
+    options: &ImportOptions<'_>,
+) -> Result<CheckedCommit, RepoError> {
     let limits = options.limits.unwrap_or_default();
     let car = Car::from_reader(reader, limits).map_err(VerifyError::from)?;
     let root = single_root(&car.roots)?;
@@ -102,39 +134,57 @@ pub fn verify_car(
     if let Some(did) = options.did {
         verify_options = verify_options.expect_did(did);
     }
-    let (repo, nodes) = verify_with_nodes(&car, root, &verify_options)?;
-    Ok(VerifiedImport { car, repo, nodes })
+    let (commit, signature) = verified_commit(&car, root, &verify_options)?;
+    Ok(CheckedCommit {
+        car,
+        root,
+        commit,
+        signature,
+    })
 }
 
 impl Repository {
     /// Imports a repository CAR into data folder `dir`, which must not hold
     /// a repository yet. If the folder has a key file, it must be the key of
     /// the imported repository's DID (the repository is then writable);
-    /// without one the repository is read-only. The CAR is verified before
-    /// anything is created on disk.
+    /// without one the repository is read-only. Nothing is created on disk
+    /// before the CAR is read and its commit checked, and a store this
+    /// creates is removed again if the rest of the verification fails.
     pub fn import(
         dir: impl AsRef<Path>,
         reader: impl Read,
         options: &ImportOptions<'_>,
     ) -> Result<(Repository, ImportStats), RepoError> {
         let dir = dir.as_ref();
-        let engine = if store_path(dir).is_dir() {
-            let engine = open_store(&store_path(dir), None)?;
+        let store = store_path(dir);
+        let engine = if store.is_dir() {
+            let engine = open_store(&store, None)?;
             ensure_empty(&*engine)?;
             Some(engine)
         } else {
             None
         };
         let key = key_file::load_key(dir)?;
-        let verified = verify_car(reader, options)?;
-        let engine = match engine {
-            Some(engine) => engine,
+        let checked = read_and_check_commit(reader, options)?;
+        let (engine, created) = match engine {
+            Some(engine) => (engine, None),
             None => {
+                let created = if dir.exists() { &store } else { dir };
                 key_file::create_private_dir(dir)?;
-                open_store(&store_path(dir), None)?
+                (open_store(&store, None)?, Some(created))
             }
         };
-        Repository::store_verified(engine, key, verified).map_err(|e| with_path(e, dir))
+        let imported = Repository::store_while_verifying(engine, key, checked, Batch::new());
+        if imported.is_err()
+            && let Some(created) = created
+        {
+            // The engine is closed (it went with the failed import): take
+            // away the empty store, so the folder is as it was.
+            if let Err(e) = std::fs::remove_dir_all(created) {
+                tracing::warn!("removing {} after a failed import: {e}", created.display());
+            }
+        }
+        imported.map_err(|e| with_path(e, dir))
     }
 
     /// Imports a repository CAR into an engine that holds no repository.
@@ -146,36 +196,26 @@ impl Repository {
         options: &ImportOptions<'_>,
     ) -> Result<(Repository, ImportStats), RepoError> {
         ensure_empty(&*engine)?;
-        let verified = verify_car(reader, options)?;
-        Repository::store_verified(engine, key, verified)
+        let checked = read_and_check_commit(reader, options)?;
+        Repository::store_while_verifying(engine, key, checked, Batch::new())
     }
 
-    /// Stores a verified CAR in an engine that holds no repository.
-    pub fn store_verified(
+    /// Verifies the tree of `checked` and stores its reachable blocks as
+    /// the whole content of the store, in one engine write that starts
+    /// with `first` (nothing, or the deletion of every row of the store,
+    /// see `replica`) and commits only if the tree verified.
+    pub(super) fn store_while_verifying(
         engine: Arc<dyn Engine>,
         key: Option<SigningKey>,
-        verified: VerifiedImport,
+        checked: CheckedCommit,
+        first: Batch,
     ) -> Result<(Repository, ImportStats), RepoError> {
-        ensure_empty(&*engine)?;
-        Repository::store_verified_after(engine, key, verified, Batch::new())
-    }
-
-    /// Stores a verified CAR as the whole content of the store, in one batch
-    /// that starts with `batch` (empty, or the deletion of every row of the
-    /// store, see `replica`).
-    pub(super) fn store_verified_after(
-        engine: Arc<dyn Engine>,
-        key: Option<SigningKey>,
-        verified: VerifiedImport,
-        mut batch: Batch,
-    ) -> Result<(Repository, ImportStats), RepoError> {
-        let VerifiedImport {
-            mut car,
-            repo,
-            nodes,
-        } = verified;
-        let commit = repo.commit;
-        let root = repo.summary.commit_cid;
+        let CheckedCommit {
+            car,
+            root,
+            commit,
+            signature,
+        } = checked;
         let did = commit.did().to_owned();
         if let Some(key) = &key {
             let key_did = key.public_key().to_did_key();
@@ -183,50 +223,195 @@ impl Repository {
                 return Err(RepoError::IdentityMismatch { did, key_did });
             }
         }
-
-        // Every reachable block once: the commit, every node (verification
-        // walked them) and every record, counted once per reference (a
-        // record under two keys, or a block that is both a node and a
-        // record, is kept once with its count).
-        let reachable = std::iter::once((root, Kind::Structure))
-            .chain(nodes.into_iter().map(|cid| (cid, Kind::Structure)))
-            .chain(repo.records.iter().map(|(_, cid)| (*cid, Kind::Record)));
-        let mut blocks: Vec<(Cid, Kind, u32, Vec<u8>)> = Vec::with_capacity(car.blocks.len());
-        let mut at: foldhash::HashMap<Cid, usize> =
-            HashMap::with_capacity_and_hasher(car.blocks.len(), Default::default());
-        let total_blocks = car.blocks.len();
-        for (cid, kind) in reachable {
-            if let Some(&i) = at.get(&cid) {
-                blocks[i].2 += 1;
-                continue;
+        let rev = commit.rev();
+        let (sender, receiver) = sync_channel(PLACES_QUEUE);
+        let (verified, places, written) = std::thread::scope(|scope| {
+            let writer = scope.spawn(|| {
+                let mut parts = std::iter::once(Part::Rows(first)).chain(RowsFromCar {
+                    car: &car,
+                    receiver,
+                    committing: false,
+                });
+                engine.write_parts(&mut parts)
+            });
+            // The walk runs here; the writer takes the blocks it reaches.
+            let mut places = Places::new(rev, sender);
+            places.reach(root, Kind::Structure);
+            let verified = verify_tree(
+                &car,
+                root,
+                commit,
+                signature,
+                None,
+                |reached| match reached {
+                    Reached::Node(cid) => places.reach(cid, Kind::Structure),
+                    Reached::Record(cid) => places.reach(cid, Kind::Record),
+                },
+            );
+            let places = match verified {
+                // The writer abandons the write when the places end
+                // without their last rows.
+                Err(_) => {
+                    drop(places);
+                    None
+                }
+                Ok(ref repo) => Some(places.finish(&did, root, repo.records.len() as u64)),
+            };
+            let written = writer
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (verified, places, written)
+        });
+        let repo = verified?;
+        let stored = places.expect("a verified tree's places are finished")?;
+        match written? {
+            PartsEnd::Committed => {}
+            PartsEnd::Abandoned => {
+                return Err(RepoError::Corrupt(
+                    "a verified block is not in the CAR".into(),
+                ));
             }
-            let bytes = car.blocks.remove(&cid).ok_or_else(|| {
-                RepoError::Corrupt(format!("verified block {cid} is not in the CAR"))
-            })?;
-            at.insert(cid, blocks.len());
-            blocks.push((cid, kind, 1, bytes));
         }
-        let stored = blocks.len();
-        drop(car);
-
-        // The store is empty, or `batch` empties it first: no block is
-        // stored yet.
-        fresh_rows(commit.rev(), blocks, &mut batch)?;
         let records = repo.records.len() as u64;
-        batch.put(Table::Meta, META_FORMAT, FORMAT);
-        batch.put(Table::Meta, META_DID, did.as_bytes());
-        batch.put(Table::Meta, META_RECORDS, records.to_be_bytes());
-        batch.put(Table::Meta, META_HEAD, root.to_bytes());
-        engine.write(batch)?;
+        let unreachable_blocks = car.blocks.len() - stored;
+        drop(car);
         let repo = Repository::open_engine(engine, key)?;
         Ok((
             repo,
             ImportStats {
                 records,
                 blocks: stored,
-                unreachable_blocks: total_blocks - stored,
+                unreachable_blocks,
             },
         ))
+    }
+}
+
+/// Places handed to the writer at a time, and how many such runs may wait.
+const PLACES_RUN: usize = 1024;
+const PLACES_QUEUE: usize = 8;
+
+/// What the walk sends the writer.
+enum Placed {
+    /// Blocks to store, each at its place.
+    Blocks(Vec<(Cid, Loc)>),
+    /// The last rows: the counts and the repository's metadata.
+    Last(Batch),
+}
+
+/// Gives every block the walk reaches its place once (in the order
+/// reached, so each table is written front to back) and counts its
+/// references, sending the places to the writer in runs.
+struct Places {
+    rev: Tid,
+    counts: foldhash::HashMap<Cid, RefRow>,
+    run: Vec<(Cid, Loc)>,
+    sender: SyncSender<Placed>,
+    /// The writer stopped taking places (its engine failed; the error is
+    /// its own).
+    writer_gone: bool,
+}
+
+impl Places {
+    fn new(rev: Tid, sender: SyncSender<Placed>) -> Self {
+        Places {
+            rev,
+            counts: Default::default(),
+            run: Vec::with_capacity(PLACES_RUN),
+            sender,
+            writer_gone: false,
+        }
+    }
+
+    fn reach(&mut self, cid: Cid, kind: Kind) {
+        if let Some(row) = self.counts.get_mut(&cid) {
+            row.count = row.count.saturating_add(1);
+            return;
+        }
+        // A CAR within any sane limit has far fewer than 2^32 blocks;
+        // places past that share the last one and fail `finish`.
+        let n = u32::try_from(self.counts.len()).unwrap_or(u32::MAX);
+        let loc = Loc {
+            kind,
+            rev: self.rev,
+            n,
+        };
+        self.counts.insert(cid, RefRow { loc, count: 1 });
+        self.run.push((cid, loc));
+        if self.run.len() == PLACES_RUN {
+            self.send_run();
+        }
+    }
+
+    fn send_run(&mut self) {
+        let run = std::mem::replace(&mut self.run, Vec::with_capacity(PLACES_RUN));
+        if !self.writer_gone && self.sender.send(Placed::Blocks(run)).is_err() {
+            self.writer_gone = true;
+        }
+    }
+
+    /// Sends the last places, the `Refs` rows (sorted, so they too go in
+    /// front to back) and the metadata; returns how many blocks were
+    /// placed.
+    fn finish(mut self, did: &str, head: Cid, records: u64) -> Result<usize, RepoError> {
+        if u32::try_from(self.counts.len()).is_err() {
+            return Err(RepoError::Corrupt("over 2^32 blocks in one commit".into()));
+        }
+        self.send_run();
+        let stored = self.counts.len();
+        let mut refs: Vec<(Vec<u8>, RefRow)> = self
+            .counts
+            .drain()
+            .map(|(cid, row)| (cid.to_bytes(), row))
+            .collect();
+        refs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut last = Batch::new();
+        for (key, row) in refs {
+            last.put(Table::Refs, key, row.encode());
+        }
+        last.put(Table::Meta, META_FORMAT, FORMAT);
+        last.put(Table::Meta, META_DID, did.as_bytes());
+        last.put(Table::Meta, META_RECORDS, records.to_be_bytes());
+        last.put(Table::Meta, META_HEAD, head.to_bytes());
+        // If the writer is gone, its own error is the one returned.
+        let _ = self.sender.send(Placed::Last(last));
+        Ok(stored)
+    }
+}
+
+/// The writer's side: the rows of the placed blocks, their bytes taken
+/// from the CAR, then the last rows and the commit. Ends early (so the
+/// write is abandoned) when the walk stops without its last rows, or
+/// when a placed block is not in the CAR (which a verified walk, reading
+/// the same CAR, cannot place).
+struct RowsFromCar<'car> {
+    car: &'car Car,
+    receiver: Receiver<Placed>,
+    committing: bool,
+}
+
+impl Iterator for RowsFromCar<'_> {
+    type Item = Part;
+
+    fn next(&mut self) -> Option<Part> {
+        if self.committing {
+            self.committing = false;
+            return Some(Part::Commit);
+        }
+        match self.receiver.recv().ok()? {
+            Placed::Blocks(run) => {
+                let mut rows = Batch::new();
+                for (cid, loc) in run {
+                    let bytes = self.car.get(&cid)?;
+                    rows.put(loc.kind.table(), loc.key(), block_row_copied(&cid, bytes));
+                }
+                Some(Part::Rows(rows))
+            }
+            Placed::Last(rows) => {
+                self.committing = true;
+                Some(Part::Rows(rows))
+            }
+        }
     }
 }
 

@@ -170,6 +170,15 @@ pub(crate) fn block_row(cid: &Cid, mut bytes: Vec<u8>) -> Vec<u8> {
     bytes
 }
 
+/// [`block_row`] of borrowed bytes, copied once.
+pub(crate) fn block_row_copied(cid: &Cid, bytes: &[u8]) -> Vec<u8> {
+    // Room for the tail: a CID (36 bytes for sha2-256, more is rare) and
+    // two bytes.
+    let mut row = Vec::with_capacity(bytes.len() + 40);
+    row.extend_from_slice(bytes);
+    block_row(cid, row)
+}
+
 fn is_dag_cbor_sha256(cid: &Cid) -> bool {
     const DAG_CBOR: u64 = 0x71;
     const SHA2_256: u64 = 0x12;
@@ -224,34 +233,6 @@ pub(crate) fn read_block(reader: &dyn Reader, cid: &Cid) -> Result<Option<Vec<u8
         ))));
     }
     Ok(Some(bytes))
-}
-
-/// The rows of blocks stored in a store that holds none yet (an import),
-/// all created by commit `rev`: each block with its kind, its count and
-/// its bytes, in the order they get their places. No lookups and no
-/// maps: the counts are known, and the `Refs` rows go in sorted, so every
-/// table is written front to back.
-pub(crate) fn fresh_rows(
-    rev: Tid,
-    blocks: Vec<(Cid, Kind, u32, Vec<u8>)>,
-    batch: &mut Batch,
-) -> Result<BlockChanges, RepoError> {
-    let mut changes = BlockChanges::default();
-    let mut refs = Vec::with_capacity(blocks.len());
-    for (n, (cid, kind, count, bytes)) in blocks.into_iter().enumerate() {
-        let n = u32::try_from(n)
-            .map_err(|_| RepoError::Corrupt("over 2^32 blocks in one commit".into()))?;
-        let loc = Loc { kind, rev, n };
-        changes.written += 1;
-        changes.written_bytes += bytes.len();
-        batch.put(kind.table(), loc.key(), block_row(&cid, bytes));
-        refs.push((cid.to_bytes(), RefRow { loc, count }));
-    }
-    refs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-    for (key, row) in refs {
-        batch.put(Table::Refs, key, row.encode());
-    }
-    Ok(changes)
 }
 
 /// Collects count changes for one commit and turns them into table rows.

@@ -3,19 +3,17 @@
 //!
 //! Until sync with a PDS exists, this is how a second device gets the
 //! account's records: the store that signs the repository exports a CAR,
-//! and the other store replaces its copy with it. The CAR is verified in
-//! full first (as for an import), must be by the same DID, and must not be
-//! older than the copy held; the old copy is then replaced in one batch
-//! (every row deleted, the new blocks, counts and head written), so a
-//! failure leaves the old copy whole.
+//! and the other store replaces its copy with it. The CAR must be by the
+//! same DID and not older than the copy held, and is verified in full (as
+//! for an import) while the old copy is replaced in one write (every row
+//! deleted, the new blocks, counts and head written) that commits only if
+//! it verified, so a failure leaves the old copy whole.
 
 use std::io::Read;
 use std::path::Path;
 
-use super::import::ensure_empty;
-use super::{
-    ImportOptions, ImportStats, META_DID, RepoError, Repository, store_path, verify_car, with_path,
-};
+use super::import::{ensure_empty, read_and_check_commit};
+use super::{ImportOptions, ImportStats, META_DID, RepoError, Repository, store_path, with_path};
 use crate::key_file;
 use gelstore_store::{Batch, Engine, Table, open_store};
 
@@ -57,18 +55,17 @@ impl Repository {
             return Err(RepoError::NotACopy { did });
         }
         let held = Repository::open_engine(engine.clone(), None).map_err(|e| with_path(e, dir))?;
-        let verified = verify_car(
+        let checked = read_and_check_commit(
             reader,
             &ImportOptions {
                 did: Some(&did),
                 ..options.clone()
             },
         )?;
-        let found = verified.summary().rev;
-        if found < held.head().rev {
+        if checked.rev() < held.head().rev {
             return Err(RepoError::OlderCopy {
                 held: held.head().rev.to_string(),
-                found: found.to_string(),
+                found: checked.rev().to_string(),
             });
         }
         drop(held);
@@ -79,7 +76,7 @@ impl Repository {
                 batch.delete(table, key);
             }
         }
-        let (repo, stats) = Repository::store_verified_after(engine, None, verified, batch)
+        let (repo, stats) = Repository::store_while_verifying(engine, None, checked, batch)
             .map_err(|e| with_path(e, dir))?;
         Ok((repo, stats, Refresh::Replaced))
     }

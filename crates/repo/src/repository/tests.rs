@@ -480,6 +480,69 @@ fn import_rejects_bad_cars_and_keeps_the_store_empty() {
     assert!(snapshot(&*engine).is_empty());
 }
 
+/// A repository of `n` records and its CAR.
+fn car_of_things(n: i64) -> (Repository, Car) {
+    let (_, mut repo) = new_repo();
+    let writes: Vec<_> = (0..n)
+        .map(|i| Write::create(THING, format!("r{i:04}"), thing(i)))
+        .collect();
+    repo.apply(&writes).unwrap();
+    let car = Car::from_slice(&export(&repo, None)).unwrap();
+    (repo, car)
+}
+
+#[test]
+fn a_tree_that_fails_late_leaves_a_redb_store_empty() {
+    // The last record is missing: the walk has handed thousands of blocks
+    // to the writer before it fails, and the write must be rolled back.
+    let (repo, mut car) = car_of_things(3000);
+    let last = repo.get_cid(THING, "r2999").unwrap().unwrap();
+    car.blocks.remove(&last);
+    let dir = tempfile::tempdir().unwrap();
+    let engine: Arc<dyn Engine> = Arc::new(gelstore_store::RedbEngine::open(dir.path()).unwrap());
+    let bytes = car.to_vec().unwrap();
+    assert!(matches!(
+        Repository::import_engine(engine.clone(), None, bytes.as_slice(), &Default::default()),
+        Err(RepoError::Verify(VerifyError::MissingRecord { .. }))
+    ));
+    assert!(snapshot(&*engine).is_empty());
+    // The store takes the good CAR afterwards.
+    let good = export(&repo, None);
+    let (copy, stats) =
+        Repository::import_engine(engine.clone(), None, good.as_slice(), &Default::default())
+            .unwrap();
+    assert_eq!(stats.records, 3000);
+    copy.check().unwrap();
+}
+
+#[test]
+fn a_failed_import_takes_away_the_store_it_created() {
+    let (repo, mut car) = car_of_things(1500);
+    let last = repo.get_cid(THING, "r1499").unwrap().unwrap();
+    car.blocks.remove(&last);
+    let bad = car.to_vec().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+
+    // A data folder that did not exist is gone again.
+    let fresh = tmp.path().join("fresh");
+    assert!(matches!(
+        Repository::import(&fresh, bad.as_slice(), &Default::default()),
+        Err(RepoError::Verify(VerifyError::MissingRecord { .. }))
+    ));
+    assert!(!fresh.exists());
+
+    // In a folder that existed (with its key file), only the store goes.
+    let kept = tmp.path().join("kept");
+    key_file::create_private_dir(&kept).unwrap();
+    key_file::store_key(&kept, &key(1)).unwrap();
+    assert!(Repository::import(&kept, bad.as_slice(), &Default::default()).is_err());
+    assert!(kept.is_dir() && !store_path(&kept).exists());
+    assert!(key_file::load_key(&kept).unwrap().is_some());
+    let good = export(&repo, None);
+    let (copy, _) = Repository::import(&kept, good.as_slice(), &Default::default()).unwrap();
+    assert!(copy.is_writable());
+}
+
 #[test]
 fn since_exports_carry_what_changed() {
     let (_, mut repo) = new_repo();
