@@ -52,6 +52,59 @@ pub fn decode_dag_cbor(bytes: &[u8]) -> Result<Ipld> {
     Ok(value)
 }
 
+/// Checks untrusted bytes as a record block: the same verdict and error as
+/// [`decode_dag_cbor`] followed by [`check_record`](super::check_record),
+/// but for a record that plainly passes (a map, no reserved `$link` or
+/// `$bytes` key, every `$type` a non-empty string other than `blob`) in one
+/// pass over the bytes that builds nothing. Anything else takes the full
+/// path, which names the problem.
+pub fn check_record_cbor(bytes: &[u8]) -> Result<()> {
+    let is_map = bytes.first().is_some_and(|b| b >> 5 == scan::MAJOR_MAP);
+    if is_map && bytes.len() <= MAX_CBOR_SIZE {
+        let mut plain = PlainRecord::default();
+        if scan::walk(bytes, &mut plain).is_ok() && !plain.closer_look {
+            return Ok(());
+        }
+    }
+    let value = decode_dag_cbor(bytes)?;
+    super::check_record(&value)
+}
+
+/// Watches a scan for what only the data model rules on a built value
+/// decide: the map keys they look at.
+#[derive(Default)]
+struct PlainRecord {
+    closer_look: bool,
+    /// The item after a `$type` key comes next.
+    type_next: bool,
+}
+
+impl<'a> scan::Visit<'a> for PlainRecord {
+    fn scalar(&mut self, scalar: scan::Scalar<'a>) {
+        if std::mem::take(&mut self.type_next)
+            && !matches!(scalar, scan::Scalar::Text(t) if !t.is_empty() && t != "blob")
+        {
+            self.closer_look = true;
+        }
+    }
+
+    fn open(&mut self, _: bool, _: u64) {
+        if std::mem::take(&mut self.type_next) {
+            self.closer_look = true;
+        }
+    }
+
+    fn key(&mut self, key: &'a str) {
+        match key {
+            "$link" | "$bytes" => self.closer_look = true,
+            "$type" => self.type_next = true,
+            _ => {}
+        }
+    }
+
+    fn close(&mut self) {}
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
@@ -73,6 +126,61 @@ mod tests {
         let mut out = vec![0xd8, 0x2a, 0x58, 37, 0x00];
         out.extend_from_slice(&cid);
         out
+    }
+
+    #[test]
+    fn record_check_agrees_with_decode_then_check() {
+        let full = |b: &[u8]| decode_dag_cbor(b).and_then(|v| crate::check_record(&v));
+        // Encoded without the data model check, so invalid values encode.
+        let raw = |v: &Ipld| serde_ipld_dagcbor::to_vec(v).unwrap();
+        let s = |t: &str| Ipld::String(t.to_owned());
+        let map = |pairs: Vec<(&str, Ipld)>| {
+            Ipld::Map(pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())
+        };
+        let raw_cid = ::cid::Cid::new_v1(crate::cid::RAW_CODEC, *cid_for_cbor(b"x").hash());
+        let blob = |size: i128| {
+            map(vec![
+                ("$type", s("blob")),
+                ("ref", Ipld::Link(raw_cid)),
+                ("mimeType", s("image/png")),
+                ("size", Ipld::Integer(size)),
+            ])
+        };
+        let plain = raw(&map(vec![("$type", s("x.y.z")), ("text", s("hi"))]));
+        let mut deep = Ipld::Null;
+        for _ in 0..=MAX_DEPTH {
+            deep = map(vec![("a", deep)]);
+        }
+        let cases: Vec<Vec<u8>> = vec![
+            plain.clone(),
+            plain[..plain.len() - 1].to_vec(),
+            raw(&map(vec![("$type", s(""))])),
+            raw(&map(vec![("$type", Ipld::Integer(1))])),
+            raw(&map(vec![("$type", Ipld::List(vec![]))])),
+            raw(&map(vec![("$type", map(vec![]))])),
+            raw(&map(vec![("a", map(vec![("$link", s("x"))]))])),
+            raw(&map(vec![("$bytes", s("x"))])),
+            raw(&map(vec![("img", blob(3))])),
+            raw(&map(vec![("img", blob(0))])),
+            raw(&blob(3)),
+            raw(&map(vec![("f", Ipld::Float(1.5))])),
+            raw(&map(vec![("l", Ipld::Link(cid_for_cbor(b"x")))])),
+            raw(&Ipld::List(vec![])),
+            raw(&Ipld::Integer(3)),
+            link_bytes(),
+            raw(&deep),
+            vec![0xa1],
+            vec![0xa0, 0x00],
+            Vec::new(),
+        ];
+        for bytes in cases {
+            assert_eq!(
+                format!("{:?}", check_record_cbor(&bytes)),
+                format!("{:?}", full(&bytes)),
+                "{bytes:02x?}"
+            );
+        }
+        assert!(check_record_cbor(&plain).is_ok());
     }
 
     #[test]

@@ -54,7 +54,7 @@ mod write;
 pub use ::cid::Cid;
 pub use ipld_core::ipld::Ipld;
 
-pub use self::cbor::{decode_dag_cbor, encode_dag_cbor};
+pub use self::cbor::{check_record_cbor, decode_dag_cbor, encode_dag_cbor};
 pub use self::cid::{
     DAG_CBOR_CODEC, RAW_CODEC, SHA2_256, check_blessed_cid, cid_for_blob, cid_for_blob_digest,
     cid_for_cbor, cid_from_bytes, parse_cid,

@@ -41,7 +41,7 @@ use super::commit::{Commit, CommitError};
 use super::mst::{Mst, MstError, Visit};
 use super::tid::Tid;
 use gelstore_crypto::{KeyError, PublicKey, SignatureError};
-use gelstore_model::{DAG_CBOR_CODEC, DataModelError, check_record, cid_for_cbor, decode_dag_cbor};
+use gelstore_model::{DAG_CBOR_CODEC, DataModelError, check_record_cbor, cid_for_cbor};
 
 /// How to treat the commit signature. There is no default: a caller that
 /// does not check it has to say so, and the result records it.
@@ -595,8 +595,7 @@ fn check_record_bytes(
         cid: Box::new(*cid),
         source,
     };
-    let value = decode_dag_cbor(bytes).map_err(bad)?;
-    check_record(&value).map_err(bad)
+    check_record_cbor(bytes).map_err(bad)
 }
 
 /// A string for an error message: at most 100 characters.
