@@ -8,7 +8,9 @@
 //! change of the batch is on disk and survives a crash of the process (or of
 //! the machine, as far as `fsync` goes); when it fails or the process dies
 //! during the call, either all of the batch is there after a restart or none
-//! of it is.
+//! of it is. [`Engine::write_parts`] is the same write handed over in parts
+//! as they are made (an import writes while it verifies), committed only
+//! when the producer says so.
 //!
 //! Engines:
 //!
