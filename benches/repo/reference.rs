@@ -149,6 +149,7 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
         run(gelstore, &store, &["--version"], None);
         ms_since(started)
     }));
+    let durable_write = durable_write_ms(work);
     let store_bytes = du(&store);
     let store_length = du_apparent(&store);
     let import_bytes = du(&imported);
@@ -265,8 +266,25 @@ pub fn side_by_side(work: &Path, big_store: &Path, big_car: &Path, big_records: 
         }
     );
     println!(
-        "(a gelstore process that does nothing, `gelstore --version`: {gel_start:.1} ms, median of {OPENS})"
+        "(a gelstore process that does nothing, `gelstore --version`: {gel_start:.1} ms, median of {OPENS}; one 4 KiB write made durable with `fdatasync` in the same folder: {durable_write:.2} ms, median of {OPENS})"
     );
+}
+
+/// The median time to write 4 KiB to a file in `dir` and `fdatasync` it:
+/// what any commit that is durable before it returns pays at least once.
+fn durable_write_ms(dir: &Path) -> f64 {
+    let path = dir.join("durable-write-probe");
+    let mut file = std::fs::File::create(&path).expect("probe file");
+    let page = [7u8; 4096];
+    let took = median((0..OPENS).map(|_| {
+        let started = Instant::now();
+        file.write_all(&page).expect("write the probe");
+        file.sync_data().expect("fdatasync the probe");
+        ms_since(started)
+    }));
+    drop(file);
+    let _ = std::fs::remove_file(&path);
+    took
 }
 
 /// The median time of one `createRecord` of `creates` (after the first,
