@@ -31,7 +31,7 @@ use crate::verify::{
     VerifyOptions, shorten, single_root, verified_commit, verify_tree,
 };
 use gelstore_crypto::{PublicKey, SigningKey};
-use gelstore_store::{Batch, Engine, Part, PartsEnd, Table, open_store};
+use gelstore_store::{Batch, Engine, EngineError, Part, PartsEnd, Table, open_store};
 
 /// How to check a CAR before importing it.
 #[derive(Debug, Clone, Default)]
@@ -169,20 +169,32 @@ impl Repository {
         let (engine, created) = match engine {
             Some(engine) => (engine, None),
             None => {
-                let created = if dir.exists() { &store } else { dir };
-                key_file::create_private_dir(dir)?;
-                (open_store(&store, None)?, Some(created))
+                let created = Created::make(dir, &store)?;
+                // Reading the CAR took time: a store that another process
+                // made meanwhile is neither written into nor removed.
+                let opened = open_store(&store, None)
+                    .map_err(RepoError::from)
+                    .and_then(|engine| {
+                        if created.store.is_none() {
+                            ensure_empty(&*engine)?;
+                        }
+                        Ok(engine)
+                    });
+                match opened {
+                    Ok(engine) => (engine, Some(created)),
+                    Err(e) => {
+                        created.remove();
+                        return Err(with_path(e, dir));
+                    }
+                }
             }
         };
         let imported = Repository::store_while_verifying(engine, key, checked, Batch::new());
         if imported.is_err()
             && let Some(created) = created
         {
-            // The engine is closed (it went with the failed import): take
-            // away the empty store, so the folder is as it was.
-            if let Err(e) = std::fs::remove_dir_all(created) {
-                tracing::warn!("removing {} after a failed import: {e}", created.display());
-            }
+            // The engine is closed (it went with the failed import).
+            created.remove();
         }
         imported.map_err(|e| with_path(e, dir))
     }
@@ -411,6 +423,50 @@ impl Iterator for RowsFromCar<'_> {
                 self.committing = true;
                 Some(Part::Rows(rows))
             }
+        }
+    }
+}
+
+/// The folders an import made, so that a failed import can take them
+/// away and leave the data folder as it was.
+struct Created {
+    /// The data folder, if it did not exist.
+    dir: Option<std::path::PathBuf>,
+    /// The store folder, if this import made it (not merely found it).
+    store: Option<std::path::PathBuf>,
+}
+
+impl Created {
+    fn make(dir: &Path, store: &Path) -> Result<Created, RepoError> {
+        let made_dir = !dir.exists();
+        key_file::create_private_dir(dir)?;
+        let mut created = Created {
+            dir: made_dir.then(|| dir.to_path_buf()),
+            store: None,
+        };
+        // Not recursive: only the call that makes the folder owns it.
+        match std::fs::create_dir(store) {
+            Ok(()) => created.store = Some(store.to_path_buf()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                created.remove();
+                return Err(RepoError::Engine(EngineError::engine(e)));
+            }
+        }
+        Ok(created)
+    }
+
+    /// Removes the store folder this import made, then the data folder if
+    /// it made that too and nothing else has been put there.
+    fn remove(self) {
+        if let Some(store) = &self.store
+            && let Err(e) = std::fs::remove_dir_all(store)
+        {
+            tracing::warn!("removing {} after a failed import: {e}", store.display());
+        }
+        if let Some(dir) = &self.dir {
+            // Fails, and keeps the folder, if it is not empty.
+            let _ = std::fs::remove_dir(dir);
         }
     }
 }

@@ -543,6 +543,51 @@ fn a_failed_import_takes_away_the_store_it_created() {
     assert!(copy.is_writable());
 }
 
+/// Gives `bytes`, after running `meanwhile` on the first read: what another
+/// process may do while an import is still reading its CAR.
+struct ReadAfter<'a, F: FnMut()> {
+    meanwhile: Option<F>,
+    bytes: &'a [u8],
+}
+
+impl<F: FnMut()> std::io::Read for ReadAfter<'_, F> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if let Some(mut meanwhile) = self.meanwhile.take() {
+            meanwhile();
+        }
+        self.bytes.read(buf)
+    }
+}
+
+#[test]
+fn a_repository_made_while_the_car_is_read_is_left_alone() {
+    let (repo, mut car) = car_of_things(300);
+    let good = export(&repo, None);
+    let last = repo.get_cid(THING, "r0299").unwrap().unwrap();
+    car.blocks.remove(&last);
+    let bad = car.to_vec().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, bytes) in [("good", &good), ("bad", &bad)] {
+        let dir = tmp.path().join(name);
+        let mut other_head = None;
+        let reader = ReadAfter {
+            meanwhile: Some(|| {
+                let other = Repository::init(&dir).unwrap();
+                other_head = Some(other.head().commit);
+            }),
+            bytes,
+        };
+        let imported = Repository::import(&dir, reader, &Default::default());
+        assert!(
+            matches!(imported, Err(RepoError::NotEmpty { .. })),
+            "{name}: {imported:?}"
+        );
+        let other = Repository::open(&dir).unwrap();
+        assert_eq!(Some(other.head().commit), other_head, "{name}");
+        assert_eq!(other.record_count(), 0, "{name}");
+    }
+}
+
 #[test]
 fn since_exports_carry_what_changed() {
     let (_, mut repo) = new_repo();
