@@ -246,8 +246,10 @@ impl<'scope, 'h: 'scope, 'b: 'h> CiphertextHash<'scope, 'h, 'b> {
     fn finish(self) -> [u8; 32] {
         let hash = match self {
             CiphertextHash::Inline(hash) => hash,
-            // Every slot is filled, so releasing the hasher first is harmless.
-            CiphertextHash::Aside { hasher, .. } => {
+            // Every slot is filled, so the release only matters if one was
+            // missed: the hasher then stops instead of waiting forever.
+            CiphertextHash::Aside { hasher, chunks, .. } => {
+                drop(chunks);
                 join(hasher).expect("every chunk was handed over before finish")
             }
         };
