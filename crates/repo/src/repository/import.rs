@@ -158,9 +158,7 @@ impl Repository {
         let dir = dir.as_ref();
         let store = store_path(dir);
         let engine = if store.is_dir() {
-            let engine = open_store(&store, None)?;
-            ensure_empty(&*engine)?;
-            Some(engine)
+            Some(open_empty_store(&store)?)
         } else {
             None
         };
@@ -168,23 +166,15 @@ impl Repository {
         let checked = read_and_check_commit(reader, options)?;
         let (engine, created) = match engine {
             Some(engine) => (engine, None),
+            // Reading the CAR took time: a store that another process made
+            // meanwhile is checked empty like any other, and not removed.
             None => {
                 let created = Created::make(dir, &store)?;
-                // Reading the CAR took time: a store that another process
-                // made meanwhile is neither written into nor removed.
-                let opened = open_store(&store, None)
-                    .map_err(RepoError::from)
-                    .and_then(|engine| {
-                        if created.store.is_none() {
-                            ensure_empty(&*engine)?;
-                        }
-                        Ok(engine)
-                    });
-                match opened {
+                match open_empty_store(&store) {
                     Ok(engine) => (engine, Some(created)),
                     Err(e) => {
                         created.remove();
-                        return Err(with_path(e, dir));
+                        return Err(e);
                     }
                 }
             }
@@ -450,7 +440,8 @@ impl Created {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => {
                 created.remove();
-                return Err(RepoError::Engine(EngineError::engine(e)));
+                let made = format!("making the store folder {}: {e}", store.display());
+                return Err(RepoError::Engine(EngineError::engine(made)));
             }
         }
         Ok(created)
@@ -469,6 +460,14 @@ impl Created {
             let _ = std::fs::remove_dir(dir);
         }
     }
+}
+
+/// The store in folder `store` (made if there is none), which must hold
+/// no repository.
+fn open_empty_store(store: &Path) -> Result<Arc<dyn Engine>, RepoError> {
+    let engine = open_store(store, None)?;
+    ensure_empty(&*engine)?;
+    Ok(engine)
 }
 
 pub(super) fn ensure_empty(engine: &dyn Engine) -> Result<(), RepoError> {
