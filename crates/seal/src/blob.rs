@@ -297,9 +297,10 @@ impl<'a> Handoff<'a> {
     }
 
     /// The chunk in `slot` once it is published; `None` if the seal
-    /// stopped first. Spins briefly, then yields the core, so a sealer that
-    /// was preempted gets it back.
-    fn wait<'s>(&self, slot: &'s std::sync::OnceLock<&'a [u8]>) -> Option<&'a [u8]> {
+    /// stopped first. Spins briefly, then yields the core between looks, so
+    /// a sealer that was preempted gets it back. The hasher keeps its core
+    /// busy for the whole seal: at most a 50 MB blob, tens of milliseconds.
+    fn wait(&self, slot: &std::sync::OnceLock<&'a [u8]>) -> Option<&'a [u8]> {
         let mut spins = 0u32;
         loop {
             if let Some(chunk) = slot.get() {
